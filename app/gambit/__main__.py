@@ -1,0 +1,3 @@
+from gambit.cli import main
+
+raise SystemExit(main())

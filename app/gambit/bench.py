@@ -1,0 +1,234 @@
+"""``gambit-cli bench``: every prompt target-only and speculative, side by side, one run.
+
+Both modes use the same loaded models (speculation is switched off on the same
+engine for target-only), the same seed and a cold KV cache, and alternate per
+prompt, so that drift in the machine's speed hits both alike. Speedups are
+ratios measured within the run; absolute rates vary between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gambit.engine.chat import Message
+from gambit.engine.decoder import GenerationConfig
+from gambit.engine.metrics import GenerationStats
+from gambit.engine.sampling import SamplingParams
+from gambit.engine.session import Engine, EngineConfig
+from gambit.errors import GambitError
+
+TARGET_ONLY = "target-only"
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    prompt: str
+    suite: str
+
+
+def load_prompts(path: Path) -> list[BenchPrompt]:
+    if not path.is_file():
+        raise GambitError(f"prompts file not found: {path}")
+    prompts = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            prompts.append(BenchPrompt(str(obj["prompt"]), str(obj.get("suite", "default"))))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise GambitError(
+                f'{path}:{n}: expected a JSON object with a "prompt" key ({exc})'
+            ) from exc
+    if not prompts:
+        raise GambitError(f"no prompts in {path}")
+    return prompts
+
+
+def run_once(
+    engine: Engine, prompt: str, config: GenerationConfig, speculate: bool
+) -> tuple[GenerationStats, list[int]]:
+    """One cold-cache chat generation; returns its stats and reply tokens."""
+    engine.target.clear()
+    if engine.draft_runtime is not None:
+        engine.draft_runtime.clear()
+    engine.chat_builder.forget()
+    engine.decoder.speculation_enabled = speculate
+    d0 = _decode_seconds(engine)
+    stats = GenerationStats()
+    tokens: list[int] = []
+    for rnd in engine.chat([Message("user", prompt)], config):
+        stats.add(rnd)
+        tokens.extend(rnd.tokens)
+    stats.prefill_s = engine.decoder.last_prefill_s
+    stats.decode_s = _decode_seconds(engine) - d0
+    return stats, tokens
+
+
+def _decode_seconds(engine: Engine) -> float:
+    total = engine.target.decode_seconds
+    if engine.draft_runtime is not None:
+        total += engine.draft_runtime.decode_seconds
+    return total
+
+
+@dataclass
+class ModeTotals:
+    runs: int = 0
+    n_tokens: int = 0
+    generation_s: float = 0.0
+    elapsed_s: float = 0.0
+    decode_s: float = 0.0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    n_rounds: int = 0
+    n_spec_rounds: int = 0
+    ttft_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.gaps_s: list[float] = []
+
+    def add(self, s: GenerationStats) -> None:
+        self.runs += 1
+        self.n_tokens += s.n_tokens
+        self.generation_s += s.generation_s
+        self.elapsed_s += s.elapsed_s
+        self.decode_s += s.decode_s
+        self.n_drafted += s.n_drafted
+        self.n_accepted += s.n_accepted
+        self.n_rounds += s.n_rounds
+        self.n_spec_rounds += s.n_spec_rounds
+        self.ttft_s += s.ttft_s
+        self.gaps_s.extend(s.gaps_s)
+
+    def figures(self) -> dict[str, float]:
+        import numpy as np
+
+        gaps = np.array(self.gaps_s) if self.gaps_s else np.zeros(1)
+        return {
+            "tokens": self.n_tokens,
+            "tokens_per_s": self.n_tokens / self.generation_s if self.generation_s else 0.0,
+            "acceptance_rate": self.n_accepted / self.n_drafted if self.n_drafted else 0.0,
+            "mean_accepted": self.n_accepted / self.n_spec_rounds if self.n_spec_rounds else 0.0,
+            "tokens_per_round": self.n_tokens / self.n_rounds if self.n_rounds else 0.0,
+            "p50_ms": float(np.percentile(gaps, 50) * 1000),
+            "p99_ms": float(np.percentile(gaps, 99) * 1000),
+            "ttft_ms": self.ttft_s / self.runs * 1000 if self.runs else 0.0,
+            "overhead_share": max(0.0, 1 - self.decode_s / self.elapsed_s)
+            if self.elapsed_s
+            else 0.0,
+        }
+
+
+def run_bench(
+    args: argparse.Namespace, engine_config: EngineConfig, sampling: SamplingParams
+) -> int:
+    prompts = load_prompts(args.prompts)
+    if args.limit:
+        prompts = prompts[: args.limit]
+    if sampling.seed is None:
+        sampling = SamplingParams(**{**sampling.__dict__, "seed": 1234})
+    config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling)
+    engine = Engine(engine_config)
+    spec_mode = engine.drafter.name if engine.drafter else None
+    modes = [TARGET_ONLY] + ([spec_mode] if spec_mode else [])
+    totals: dict[str, dict[str, ModeTotals]] = defaultdict(lambda: defaultdict(ModeTotals))
+    identical = 0
+    compared = 0
+    try:
+        warm_up = GenerationConfig(max_tokens=8, sampling=sampling)
+        for mode in modes:  # first decodes pay for graph set-up and page faults
+            run_once(engine, "Hello", warm_up, speculate=mode != TARGET_ONLY)
+        for i, bp in enumerate(prompts * max(1, args.repeat)):
+            outputs: dict[str, list[int]] = {}
+            # alternate the order so a slow spell of the machine hits both modes
+            order = modes if i % 2 == 0 else modes[::-1]
+            for mode in order:
+                stats, tokens = run_once(engine, bp.prompt, config, speculate=mode != TARGET_ONLY)
+                outputs[mode] = tokens
+                totals[bp.suite][mode].add(stats)
+                totals["ALL"][mode].add(stats)
+                if not args.json:
+                    print(
+                        f"  [{i + 1}/{len(prompts) * max(1, args.repeat)}] {bp.suite:<10} "
+                        f"{mode:<14} {stats.n_tokens:4d} tok {stats.tokens_per_s:7.1f} tok/s "
+                        f"acc {stats.acceptance_rate:5.0%}",
+                        file=sys.stderr,
+                    )
+            if spec_mode and sampling.greedy:
+                compared += 1
+                identical += outputs[TARGET_ONLY] == outputs[spec_mode]
+    finally:
+        engine.close()
+
+    report = _report(totals, modes, engine_config, sampling, args)
+    if sampling.greedy and spec_mode:
+        report["identical_outputs"] = f"{identical}/{compared}"
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_table(report, modes)
+    return 0
+
+
+def _report(
+    totals: dict[str, dict[str, ModeTotals]],
+    modes: list[str],
+    cfg: EngineConfig,
+    sampling: SamplingParams,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    suites: dict[str, Any] = {}
+    for suite, by_mode in totals.items():
+        base = by_mode[TARGET_ONLY].figures()["tokens_per_s"]
+        suites[suite] = {}
+        for mode in modes:
+            fig = by_mode[mode].figures()
+            fig["speedup"] = fig["tokens_per_s"] / base if base else 0.0
+            suites[suite][mode] = fig
+    return {
+        "target": str(cfg.target),
+        "draft": str(cfg.draft) if cfg.draft else None,
+        "drafter": cfg.drafter,
+        "gamma": cfg.gamma,
+        "temperature": sampling.temperature,
+        "seed": sampling.seed,
+        "max_tokens": args.max_tokens,
+        "threads": cfg.target_options.n_threads or None,
+        "suites": suites,
+    }
+
+
+def _print_table(report: dict[str, Any], modes: list[str]) -> None:
+    print(
+        f"target {report['target']}  drafter {report['drafter']}"
+        + (f" ({report['draft']})" if report["draft"] else "")
+        + f"  gamma {report['gamma']}  temp {report['temperature']}  seed {report['seed']}"
+    )
+    header = (
+        f"{'suite':<10} {'mode':<14} {'tok/s':>7} {'speedup':>7} {'accept':>7} "
+        f"{'acc/rnd':>7} {'tok/rnd':>7} {'p50 ms':>7} {'p99 ms':>7} {'ttft ms':>7} "
+        f"{'py ovh':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    suites = [*sorted(k for k in report["suites"] if k != "ALL"), "ALL"]
+    for suite in suites:
+        for mode in modes:
+            f = report["suites"][suite][mode]
+            print(
+                f"{suite:<10} {mode:<14} {f['tokens_per_s']:7.1f} {f['speedup']:6.2f}x "
+                f"{f['acceptance_rate']:7.1%} {f['mean_accepted']:7.2f} "
+                f"{f['tokens_per_round']:7.2f} {f['p50_ms']:7.1f} {f['p99_ms']:7.1f} "
+                f"{f['ttft_ms']:7.0f} {f['overhead_share']:6.1%}"
+            )
+    if "identical_outputs" in report:
+        print(
+            f"greedy outputs identical with and without speculation: {report['identical_outputs']}"
+        )

@@ -1,0 +1,235 @@
+"""``gambit-cli``: generate and bench from the terminal, on the same engine as the app."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from gambit import __version__
+from gambit.engine.chat import Message
+from gambit.engine.decoder import GenerationConfig
+from gambit.engine.metrics import GenerationStats
+from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.sampling import SamplingParams
+from gambit.engine.session import DrafterKind, Engine, EngineConfig
+from gambit.errors import GambitError
+from gambit.models.default_model import Progress, default_model_path
+
+
+def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -> None:
+    p.add_argument(
+        "--target",
+        type=Path,
+        required=target_required,
+        help="target GGUF model (default: the embedded SmolLM2-135M-Instruct)",
+    )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--draft", type=Path, help="draft GGUF model with the target's tokenizer")
+    g.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram match)")
+    p.add_argument("--gamma", type=int, default=4, help="draft tokens per round (default 4)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    p.add_argument(
+        "--gpu-layers",
+        type=int,
+        default=0,
+        help="layers to offload to the GPU, -1 for all (default 0)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="batch-invariant kernels: no weight repacking (slower, more exact)",
+    )
+
+
+def _add_sampling_args(p: argparse.ArgumentParser, temp_default: float) -> None:
+    p.add_argument(
+        "--temp",
+        type=float,
+        default=temp_default,
+        help=f"temperature, 0 for greedy (default {temp_default})",
+    )
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-tokens", type=int, default=256)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gambit-cli",
+        description="Local LLM generation with speculative decoding that shows whether it pays.",
+    )
+    parser.add_argument("--version", action="version", version=f"gambit {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="stream a reply to one prompt")
+    _add_model_args(gen)
+    _add_sampling_args(gen, temp_default=0.7)
+    gen.add_argument(
+        "--raw",
+        action="store_true",
+        help="plain completion of PROMPT (no chat template; for base models)",
+    )
+    gen.add_argument("--system", default=None, help="system message")
+    gen.add_argument("prompt", help="the user message")
+
+    bench = sub.add_parser("bench", help="target-only vs speculative on a prompt suite")
+    _add_model_args(bench)
+    _add_sampling_args(bench, temp_default=0.0)
+    bench.add_argument(
+        "--prompts",
+        type=Path,
+        required=True,
+        help='JSON Lines file: {"prompt": ..., "suite": ...} per line',
+    )
+    bench.add_argument("--limit", type=int, default=0, help="use the first N prompts only")
+    bench.add_argument("--repeat", type=int, default=1, help="run each prompt N times")
+    bench.add_argument("--json", action="store_true", help="print the report as JSON")
+    bench.set_defaults(max_tokens=128)
+    return parser
+
+
+def _engine_config(args: argparse.Namespace) -> EngineConfig:
+    target = args.target
+    if target is None:
+        target = default_model_path(progress=_stderr_progress())
+    drafter: DrafterKind = "draft" if args.draft else "lookup" if args.lookup else "none"
+    options = RuntimeOptions(
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        n_gpu_layers=args.gpu_layers,
+        strict_batch_invariance=args.strict,
+    )
+    return EngineConfig(
+        target=target, drafter=drafter, draft=args.draft, target_options=options, gamma=args.gamma
+    )
+
+
+def _sampling(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        seed=args.seed,
+    )
+
+
+def _stderr_progress() -> Progress:
+    """Progress on stderr: a live line on a terminal, one line per stage otherwise."""
+    live = sys.stderr.isatty()
+    state = {"stage": "", "shown": -1}
+
+    def report(stage: str, done: int, total: int) -> None:
+        pct = int(100 * done / total) if total else 100
+        if not live and stage == state["stage"] and pct < 100:
+            return
+        if stage == state["stage"] and pct == state["shown"]:
+            return
+        state["stage"], state["shown"] = stage, pct
+        end = "\n" if pct >= 100 or not live else "\r"
+        print(
+            f"Preparing the default model: {stage} {pct:3d}% of {total / 1e6:.0f} MB",
+            end=end,
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return report
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    cancel = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: cancel.set())  # Ctrl-C stops at the next round
+    with _Closing(Engine(_engine_config(args))) as engine:
+        config = GenerationConfig(max_tokens=args.max_tokens, sampling=_sampling(args))
+        d0 = _decode_seconds(engine)
+        if args.raw:
+            rounds = engine.complete(args.prompt, config, cancel)
+        else:
+            messages = [Message("system", args.system)] if args.system else []
+            messages.append(Message("user", args.prompt))
+            rounds = engine.chat(messages, config, cancel)
+        stats = GenerationStats()
+        stop = None
+        for rnd in rounds:
+            sys.stdout.write(rnd.text)
+            sys.stdout.flush()
+            stats.add(rnd)
+            stop = rnd.stop
+        sys.stdout.write("\n")
+        stats.prefill_s = engine.decoder.last_prefill_s
+        stats.decode_s = _decode_seconds(engine) - d0
+        print(_stats_line(engine, stats, stop.value if stop else "?"), file=sys.stderr)
+    return 130 if cancel.is_set() else 0
+
+
+def _decode_seconds(engine: Engine) -> float:
+    total = engine.target.decode_seconds
+    if engine.draft_runtime is not None:
+        total += engine.draft_runtime.decode_seconds
+    return total
+
+
+def _stats_line(engine: Engine, s: GenerationStats, stop: str) -> str:
+    mode = engine.drafter.name if engine.drafter else "target only"
+    parts = [
+        f"[{mode}]",
+        f"{s.n_tokens} tokens",
+        f"{s.tokens_per_s:.1f} tok/s",
+        f"ttft {s.ttft_s * 1000:.0f} ms",
+        f"p99 {s.latency_ms(99):.1f} ms",
+    ]
+    if engine.drafter:
+        parts += [
+            f"accepted {s.n_accepted}/{s.n_drafted} ({s.acceptance_rate:.0%})",
+            f"{s.tokens_per_round:.2f} tok/round",
+        ]
+    parts.append(f"stop: {stop}")
+    return " | ".join(parts)
+
+
+class _Closing:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def __enter__(self) -> Engine:
+        return self.engine
+
+    def __exit__(self, *exc: object) -> None:
+        self.engine.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        logging.getLogger("gambit.llama").setLevel(logging.ERROR)
+    try:
+        if args.command == "generate":
+            return cmd_generate(args)
+        if args.command == "bench":
+            from gambit.bench import run_bench
+
+            return run_bench(args, _engine_config(args), _sampling(args))
+    except GambitError as exc:
+        print(f"gambit-cli: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"gambit-cli: invalid setting: {exc}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {args.command}")

@@ -1,0 +1,1 @@
+"""The speculative decoding engine. Pure Python + numpy + llama-cpp-python; no Qt."""

@@ -1,0 +1,152 @@
+"""Chat messages -> prompt tokens, with the model's own template and KV reuse.
+
+The GGUF carries the chat template it was trained with (Jinja, as in Hugging
+Face ``tokenizer_config.json``); rendering it ourselves, in a sandbox, formats
+every model the way its authors intended.
+
+Multi-turn reuse: the conversation's tokens so far (prompt and generated
+reply) are remembered with the text they render to. When the next turn's
+prompt text extends that text, only the new suffix is tokenized, so the
+caches of target and draft keep their whole prefix, reply included, and only
+the new turn is evaluated.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from gambit.engine.runtime import ModelRuntime
+from gambit.errors import ContextOverflowError, NoChatTemplateError
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+class ChatTemplate:
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = _strftime_now
+        self._template = env.from_string(source)
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        return self._template.render(
+            messages=[{"role": m.role, "content": m.content} for m in messages],
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
+
+    @classmethod
+    def for_model(cls, runtime: ModelRuntime) -> ChatTemplate:
+        source = runtime.chat_template()
+        if not source:
+            raise NoChatTemplateError(
+                f"{runtime.path.name} has no chat template, so it cannot be used for chat "
+                "(it is probably a base model, not an instruct model); "
+                "use plain completion (gambit-cli generate --raw) or an instruct model"
+            )
+        return cls(
+            source,
+            bos_token=runtime.token_text(runtime.bos_token) if runtime.bos_token >= 0 else "",
+            eos_token=runtime.token_text(runtime.eos_token) if runtime.eos_token >= 0 else "",
+        )
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    tokens: list[int]
+    text: str
+    n_dropped: int  # oldest messages left out so the prompt fits the context
+
+
+class ChatPromptBuilder:
+    """Builds prompt tokens for a conversation and remembers what it generated."""
+
+    def __init__(self, runtime: ModelRuntime, template: ChatTemplate | None = None) -> None:
+        self.runtime = runtime
+        self.template = template or ChatTemplate.for_model(runtime)
+        self._text = ""  # text of the remembered conversation tokens
+        self._tokens: list[int] = []
+
+    def build(self, messages: Sequence[Message], reserve: int) -> ChatPrompt:
+        """Prompt tokens for ``messages``, leaving at least ``reserve`` tokens for the reply.
+
+        When the conversation is too long, the oldest turns are left out (the
+        system message and the last user message always stay); if even that
+        does not fit, ``ContextOverflowError`` says by how much.
+        """
+        n_ctx = self.runtime.n_ctx
+        reserve = max(1, min(reserve, n_ctx // 2))
+        budget = n_ctx - reserve
+        system = [m for m in messages[:1] if m.role == "system"]
+        rest = list(messages[len(system) :])
+        dropped = 0
+        while True:
+            text = self.template.render([*system, *rest])
+            tokens = self._tokenize(text)
+            if len(tokens) <= budget:
+                return ChatPrompt(tokens, text, dropped)
+            if len(rest) <= 1:
+                raise ContextOverflowError(
+                    f"the message is too long for the context window: the prompt needs "
+                    f"{len(tokens):,} tokens, and {budget:,} are available "
+                    f"({n_ctx:,} in the context, {reserve:,} kept for the reply). "
+                    "Shorten the message or raise the context size in Settings."
+                )
+            # Drop the oldest exchange: a user turn and the replies that follow it.
+            rest.pop(0)
+            dropped += 1
+            while len(rest) > 1 and rest[0].role != "user":
+                rest.pop(0)
+                dropped += 1
+
+    def remember(self, prompt: ChatPrompt, context: list[int]) -> None:
+        """Record the tokens a generation committed (prompt + reply), for the next turn."""
+        if context[: len(prompt.tokens)] != prompt.tokens:
+            self.forget()  # the generation failed before it started
+            return
+        reply = context[len(prompt.tokens) :]
+        rt = self.runtime
+        # Rendered by the template, the reply's end-of-turn token appears as its text.
+        text = "".join(rt.token_text(t) if rt.is_eog(t) else "" for t in reply[-1:])
+        self._text = prompt.text + rt.detokenize(reply) + text
+        self._tokens = list(context)
+
+    def forget(self) -> None:
+        self._text = ""
+        self._tokens = []
+
+    def _tokenize(self, text: str) -> list[int]:
+        rt = self.runtime
+        if self._tokens and text.startswith(self._text):
+            suffix = text[len(self._text) :]
+            return self._tokens + rt.tokenize(suffix, add_special=False, parse_special=True)
+        has_bos_text = rt.bos_token >= 0 and text.startswith(rt.token_text(rt.bos_token))
+        add_bos = rt.add_bos and not has_bos_text
+        return rt.tokenize(text, add_special=add_bos, parse_special=True)
+
+
+def as_messages(raw: Sequence[dict[str, Any]]) -> list[Message]:
+    return [Message(role=m["role"], content=str(m["content"])) for m in raw]

@@ -1,0 +1,278 @@
+"""The round loop: draft -> verify -> accept -> trim KV, one ``Round`` event per round.
+
+KV invariant: the target's cache holds every committed token but the last
+one. A round decodes [last committed, x_1 .. x_γ] in one batch, which yields
+the γ+1 distributions p_1..p_{γ+1} that verification needs; afterwards the
+cache is cut back to the committed tokens plus the accepted drafts. With γ = 0
+the round is exactly plain decoding: one token in, one token out.
+"""
+
+from __future__ import annotations
+
+import codecs
+import enum
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from gambit.engine.drafters.base import EMPTY_DRAFT, Drafter
+from gambit.engine.runtime import FloatRows, ModelRuntime, common_prefix_length
+from gambit.engine.sampling import Distribution, SamplingParams, process
+from gambit.engine.verify import speculative_sample
+from gambit.errors import ContextOverflowError
+
+
+class StopReason(str, enum.Enum):
+    EOG = "end of text"
+    MAX_TOKENS = "max tokens"
+    STOP_STRING = "stop string"
+    CANCELLED = "cancelled"
+    CONTEXT_FULL = "context full"
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """What one round produced. ``tokens[:n_accepted]`` came from the drafter
+    (and were accepted); the rest were produced by the target."""
+
+    index: int
+    tokens: tuple[int, ...]
+    text: str  # the new text this round made visible (may lag tokens by a partial UTF-8 char)
+    gamma: int  # draft length asked for
+    n_drafted: int
+    n_accepted: int
+    outcomes: tuple[bool, ...]  # per draft position tried: accepted?
+    t_draft_s: float
+    t_verify_s: float  # the target's batch decode plus verification
+    elapsed_s: float  # since generate() was called, when this round was emitted
+    stop: StopReason | None = None
+
+    @property
+    def from_draft(self) -> tuple[bool, ...]:
+        n = len(self.tokens)
+        k = min(self.n_accepted, n)
+        return (True,) * k + (False,) * (n - k)
+
+
+class GammaPolicy(Protocol):
+    """Chooses the draft length of each round; 0 means plain decoding."""
+
+    def next_gamma(self) -> int: ...
+
+    def observe(self, rnd: Round) -> None: ...
+
+
+@dataclass
+class FixedGamma:
+    gamma: int
+
+    def next_gamma(self) -> int:
+        return self.gamma
+
+    def observe(self, rnd: Round) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop_strings: tuple[str, ...] = ()
+
+
+class _TargetRows(Sequence[Distribution]):
+    """p_1..p_{γ+1}, processed lazily: verification stops reading at the first rejection."""
+
+    def __init__(
+        self, rows: FloatRows, sampling: SamplingParams, context: list[int], x: list[int]
+    ) -> None:
+        self._rows = rows
+        self._sampling = sampling
+        self._context = context
+        self._x = x
+        self._penalised = sampling.repeat_penalty != 1.0 and sampling.repeat_last_n > 0
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: int) -> Distribution:  # type: ignore[override]
+        recent: Sequence[int] = ()
+        if self._penalised:
+            n = self._sampling.repeat_last_n
+            recent = (self._context[-n:] + self._x[:i])[-n:]
+        return process(self._rows[i], self._sampling, recent)
+
+
+class _TextStream:
+    """Bytes of token pieces -> text, safe across split UTF-8 characters, and
+    holding back any tail that could be the start of a stop string."""
+
+    def __init__(self, stop_strings: Sequence[str]) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self._stops = [s for s in stop_strings if s]
+        self._hold = max((len(s) for s in self._stops), default=1) - 1
+        self.text = ""  # all text decoded so far
+        self._emitted = 0
+
+    def feed(self, data: bytes) -> tuple[str, bool]:
+        """Returns (newly visible text, hit a stop string)."""
+        start = max(0, len(self.text) - self._hold)
+        self.text += self._utf8.decode(data)
+        for s in self._stops:
+            at = self.text.find(s, start)
+            if at >= 0:
+                self.text = self.text[:at]
+                return self._release(len(self.text)), True
+        return self._release(max(self._emitted, len(self.text) - self._hold)), False
+
+    def finish(self) -> str:
+        self.text += self._utf8.decode(b"", final=True)
+        return self._release(len(self.text))
+
+    def _release(self, upto: int) -> str:
+        out = self.text[self._emitted : upto]
+        self._emitted = max(self._emitted, upto)
+        return out
+
+
+class SpeculativeDecoder:
+    """Runs generations on a target runtime with an optional drafter.
+
+    ``context`` holds the committed tokens of the last generation (prompt and
+    reply), so a caller can continue a conversation from them.
+    """
+
+    def __init__(
+        self,
+        target: ModelRuntime,
+        drafter: Drafter | None = None,
+        policy: GammaPolicy | None = None,
+    ) -> None:
+        self.target = target
+        self.drafter = drafter
+        self.policy: GammaPolicy = policy or FixedGamma(4 if drafter else 0)
+        self.context: list[int] = []
+        self.last_prefill_s = 0.0  # prompt processing time of the last generation
+        # Read between rounds: flip speculation off/on mid-reply.
+        self.speculation_enabled = True
+
+    def generate(
+        self,
+        prompt: list[int],
+        config: GenerationConfig,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Round]:
+        t_start = time.perf_counter()
+        target = self.target
+        self.context = []
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if len(prompt) >= target.n_ctx:
+            raise ContextOverflowError(
+                f"the prompt is {len(prompt):,} tokens but the context holds {target.n_ctx:,}: "
+                "shorten it or raise the context size"
+            )
+        sampling = config.sampling
+        seed = sampling.seed if sampling.seed is not None else secrets.randbits(64)
+        rng = np.random.default_rng([seed, 0])  # target sampling and verification
+        rng_dft = np.random.default_rng([seed, 1])  # the drafter's own proposals
+
+        # Prefill: the cache holds all of the prompt but its last token.
+        keep = min(
+            len(prompt) - 1,
+            common_prefix_length(target.kv_tokens, prompt),
+        )
+        target.truncate(keep)
+        target.decode(prompt[keep:-1])
+        self.last_prefill_s = time.perf_counter() - t_start
+        context = list(prompt)
+        self.context = context
+        stream = _TextStream(config.stop_strings)
+        n_generated = 0
+        index = 0
+
+        while True:
+            stop: StopReason | None = None
+            if cancel is not None and cancel.is_set():
+                yield self._final(index, stream, StopReason.CANCELLED, t_start)
+                return
+            room = target.n_ctx - len(target.kv_tokens)  # free KV slots
+            if room < 1:
+                yield self._final(index, stream, StopReason.CONTEXT_FULL, t_start)
+                return
+            remaining = config.max_tokens - n_generated
+            gamma = 0
+            if self.drafter is not None and self.speculation_enabled:
+                gamma = max(0, min(self.policy.next_gamma(), remaining - 1, room - 1))
+
+            t0 = time.perf_counter()
+            draft = (
+                self.drafter.draft(context, gamma, sampling, rng_dft)
+                if gamma > 0 and self.drafter is not None
+                else EMPTY_DRAFT
+            )
+            x = draft.tokens[:gamma]
+            t1 = time.perf_counter()
+            n_rows = target.decode([context[-1], *x], all_logits=True)
+            p_i = _TargetRows(target.logits_rows(n_rows), sampling, context, x)
+            verdict = speculative_sample(x, draft.q, p_i, rng)
+            target.truncate(len(context) + verdict.n_accepted)
+            t2 = time.perf_counter()
+
+            new = [*x[: verdict.n_accepted], verdict.token]
+            for j, tok in enumerate(new):
+                if target.is_eog(tok):
+                    new = new[: j + 1]
+                    stop = StopReason.EOG
+                    break
+            if len(new) >= remaining:
+                new = new[:remaining]
+                stop = stop or StopReason.MAX_TOKENS
+            context.extend(new)
+            n_generated += len(new)
+
+            data = b"".join(target.token_piece(t) for t in new)
+            text, hit = stream.feed(data)
+            if hit:
+                stop = StopReason.STOP_STRING
+            if stop is not None:
+                text += stream.finish() if not hit else ""
+            rnd = Round(
+                index=index,
+                tokens=tuple(new),
+                text=text,
+                gamma=gamma,
+                n_drafted=len(x),
+                n_accepted=verdict.n_accepted,
+                outcomes=verdict.outcomes,
+                t_draft_s=t1 - t0,
+                t_verify_s=t2 - t1,
+                elapsed_s=time.perf_counter() - t_start,
+                stop=stop,
+            )
+            self.policy.observe(rnd)
+            yield rnd
+            if stop is not None:
+                return
+            index += 1
+
+    @staticmethod
+    def _final(index: int, stream: _TextStream, stop: StopReason, t_start: float) -> Round:
+        return Round(
+            index=index,
+            tokens=(),
+            text=stream.finish(),
+            gamma=0,
+            n_drafted=0,
+            n_accepted=0,
+            outcomes=(),
+            t_draft_s=0.0,
+            t_verify_s=0.0,
+            elapsed_s=time.perf_counter() - t_start,
+            stop=stop,
+        )

@@ -1,0 +1,44 @@
+"""The drafter protocol: propose up to n tokens that continue a context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from gambit.engine.sampling import Distribution, SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    tokens: list[int]
+    # The proposal distribution of each token; None for a deterministic
+    # drafter, whose proposals are point masses.
+    q: list[Distribution] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+EMPTY_DRAFT = Draft([])
+
+
+class Drafter(Protocol):
+    name: str  # shown to users: "draft model", "prompt lookup"
+
+    def draft(
+        self,
+        context: list[int],
+        n_max: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+    ) -> Draft:
+        """Propose up to ``n_max`` tokens that follow ``context``.
+
+        ``context`` is every committed token (prompt and reply so far); it only
+        grows during a generation, and may change arbitrarily between them.
+        """
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,92 @@
+"""Speculative sampling: the verification that keeps speculation lossless.
+
+Leviathan et al. 2023 / Chen et al. 2023. For draft tokens x_1..x_γ proposed
+from distributions q_1..q_γ, and the target's distributions p_1..p_{γ+1}
+(all from ``sampling.process``):
+
+- accept x_i with probability min(1, p_i(x_i) / q_i(x_i));
+- at the first rejection, emit a token drawn from p' = norm(max(0, p_i - q_i));
+- if all γ are accepted, emit a bonus token drawn from p_{γ+1}.
+
+Every emitted token is then distributed exactly as the target alone would
+draw it. A deterministic drafter (greedy draft model, n-gram lookup) is the
+point mass q_i = δ(x_i). With a greedy target (p_i a point mass too) the rule
+reduces to "accept while x_i equals the target's argmax", exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from gambit.engine.sampling import Distribution
+
+
+class UniformSource(Protocol):
+    def random(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    n_accepted: int
+    token: int  # emitted by the target: the resampled token or the bonus token
+    outcomes: tuple[bool, ...]  # per draft position tried: accepted?
+
+
+def residual(p: Distribution, q: Distribution) -> Distribution:
+    """p' = norm(max(0, p - q)), the distribution to resample from after a rejection."""
+    if q.is_point:
+        x = int(q.ids[0])
+        probs = np.where(p.ids == x, 0.0, p.probs)
+        ids = p.ids
+    else:
+        all_ids = np.concatenate([p.ids, q.ids])
+        ids, inverse = np.unique(all_ids, return_inverse=True)
+        diff = np.zeros(len(ids))
+        np.add.at(diff, inverse[: len(p.ids)], p.probs)
+        np.subtract.at(diff, inverse[len(p.ids) :], q.probs)
+        probs = np.maximum(diff, 0.0)
+    total = float(probs.sum())
+    if total <= 1e-12:
+        # p == q (up to rounding): a rejection then has probability 0, so this
+        # branch only runs on rounding noise; p itself is the right answer.
+        return p
+    keep = probs > 0
+    return Distribution(ids[keep].astype(np.int64), probs[keep] / total)
+
+
+def acceptance_probability(p_x: float, q_x: float) -> float:
+    """min(1, p(x)/q(x)) for a token x that was drawn from q (so q(x) > 0)."""
+    return 1.0 if p_x >= q_x else p_x / q_x
+
+
+def speculative_sample(
+    x: Sequence[int],
+    q_i: Sequence[Distribution] | None,
+    p_i: Sequence[Distribution],
+    rng: UniformSource,
+) -> Verdict:
+    """Verify draft tokens ``x`` against the target.
+
+    ``q_i[i]`` is the proposal distribution of ``x[i]`` (``None``: a
+    deterministic drafter, point masses); ``p_i`` has ``len(x) + 1`` target
+    distributions, the last one for the bonus token. ``p_i`` may be a lazy
+    sequence: only the rows that are needed are read, in order.
+    """
+    outcomes: list[bool] = []
+    for i, x_i in enumerate(x):
+        p = p_i[i]
+        q = Distribution.point(x_i) if q_i is None else q_i[i]
+        p_x, q_x = p.prob(x_i), q.prob(x_i)
+        r = rng.random()
+        if q_x > 0.0 and r < acceptance_probability(p_x, q_x):
+            outcomes.append(True)
+            continue
+        outcomes.append(False)
+        p_prime = residual(p, q)
+        return Verdict(i, p_prime.sample(rng.random()), tuple(outcomes))
+    bonus = p_i[len(x)]
+    return Verdict(len(x), bonus.sample(rng.random()), tuple(outcomes))

@@ -1,0 +1,1 @@
+"""Model files: GGUF inspection and checks, pair compatibility, the default model."""

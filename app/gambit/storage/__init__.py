@@ -1,0 +1,1 @@
+"""Where Gambit keeps things on disk."""

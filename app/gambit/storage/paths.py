@@ -1,0 +1,44 @@
+"""The folders Gambit uses, per platform conventions (platformdirs).
+
+``GAMBIT_HOME`` moves them all under one folder (tests, portable installs).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "Gambit"
+
+
+def _home() -> Path | None:
+    home = os.environ.get("GAMBIT_HOME")
+    return Path(home) if home else None
+
+
+def data_dir() -> Path:
+    home = _home()
+    return home / "data" if home else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def models_dir() -> Path:
+    return data_dir() / "models"
+
+
+def config_dir() -> Path:
+    home = _home()
+    return (
+        home / "config" if home else Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+    )
+
+
+def cache_dir() -> Path:
+    home = _home()
+    return home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
+
+def log_dir() -> Path:
+    home = _home()
+    return home / "logs" if home else Path(platformdirs.user_log_dir(APP_NAME, appauthor=False))
