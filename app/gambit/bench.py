@@ -1,9 +1,12 @@
-"""``gambit-cli bench``: every prompt target-only and speculative, side by side, one run.
+"""``gambit-cli bench``: every prompt target-only and under each speculation
+policy, side by side, in one run.
 
-Both modes use the same loaded models (speculation is switched off on the same
-engine for target-only), the same seed and a cold KV cache, and alternate per
-prompt, so that drift in the machine's speed hits both alike. Speedups are
-ratios measured within the run; absolute rates vary between runs.
+All modes use the same loaded models (target-only switches speculation off on
+the same engine), the same seed and a cold KV cache, and rotate their order
+per prompt, so that drift in the machine's speed hits all alike. Each policy
+keeps its own controller across the prompts (it learns acceptance as it would
+in the app). Speedups are ratios measured within the run; absolute rates vary
+between runs.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gambit.engine.chat import Message
+from gambit.engine.controller import GammaController, PolicyMode
 from gambit.engine.decoder import GenerationConfig
 from gambit.engine.metrics import GenerationStats
 from gambit.engine.sampling import SamplingParams
@@ -52,14 +56,17 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
 
 
 def run_once(
-    engine: Engine, prompt: str, config: GenerationConfig, speculate: bool
+    engine: Engine, prompt: str, config: GenerationConfig, controller: GammaController | None
 ) -> tuple[GenerationStats, list[int]]:
-    """One cold-cache chat generation; returns its stats and reply tokens."""
+    """One cold-cache chat generation (``controller`` None: target only);
+    returns its stats and reply tokens."""
     engine.target.clear()
     if engine.draft_runtime is not None:
         engine.draft_runtime.clear()
     engine.chat_builder.forget()
-    engine.decoder.speculation_enabled = speculate
+    engine.decoder.speculation_enabled = controller is not None
+    if controller is not None:
+        engine.use_controller(controller)
     d0 = _decode_seconds(engine)
     stats = GenerationStats()
     tokens: list[int] = []
@@ -136,39 +143,51 @@ def run_bench(
         sampling = SamplingParams(**{**sampling.__dict__, "seed": 1234})
     config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling)
     engine = Engine(engine_config)
-    spec_mode = engine.drafter.name if engine.drafter else None
-    modes = [TARGET_ONLY] + ([spec_mode] if spec_mode else [])
+    policies: list[PolicyMode] = (
+        (args.policy or ["adaptive", "fixed", "off"]) if engine.drafter else []
+    )
+    controllers: dict[str, GammaController | None] = {TARGET_ONLY: None}
+    for policy in dict.fromkeys(policies):
+        controllers[policy] = engine.new_controller(policy)
+    modes = list(controllers)
     totals: dict[str, dict[str, ModeTotals]] = defaultdict(lambda: defaultdict(ModeTotals))
     identical = 0
     compared = 0
+    runs = prompts * max(1, args.repeat)
     try:
         warm_up = GenerationConfig(max_tokens=8, sampling=sampling)
         for mode in modes:  # first decodes pay for graph set-up and page faults
-            run_once(engine, "Hello", warm_up, speculate=mode != TARGET_ONLY)
-        for i, bp in enumerate(prompts * max(1, args.repeat)):
+            run_once(
+                engine,
+                "Hello",
+                warm_up,
+                engine.new_controller("fixed") if controllers[mode] else None,
+            )
+        for i, bp in enumerate(runs):
             outputs: dict[str, list[int]] = {}
-            # alternate the order so a slow spell of the machine hits both modes
-            order = modes if i % 2 == 0 else modes[::-1]
+            # rotate the order so a slow spell of the machine hits every mode
+            order = modes[i % len(modes) :] + modes[: i % len(modes)]
             for mode in order:
-                stats, tokens = run_once(engine, bp.prompt, config, speculate=mode != TARGET_ONLY)
+                stats, tokens = run_once(engine, bp.prompt, config, controllers[mode])
                 outputs[mode] = tokens
                 totals[bp.suite][mode].add(stats)
                 totals["ALL"][mode].add(stats)
                 if not args.json:
                     print(
-                        f"  [{i + 1}/{len(prompts) * max(1, args.repeat)}] {bp.suite:<10} "
-                        f"{mode:<14} {stats.n_tokens:4d} tok {stats.tokens_per_s:7.1f} tok/s "
+                        f"  [{i + 1}/{len(runs)}] {bp.suite:<10} {mode:<12} "
+                        f"{stats.n_tokens:4d} tok {stats.tokens_per_s:7.1f} tok/s "
                         f"acc {stats.acceptance_rate:5.0%}",
                         file=sys.stderr,
                     )
-            if spec_mode and sampling.greedy:
-                compared += 1
-                identical += outputs[TARGET_ONLY] == outputs[spec_mode]
+            if len(modes) > 1 and sampling.greedy:
+                compared += len(modes) - 1
+                identical += sum(outputs[TARGET_ONLY] == outputs[m] for m in modes[1:])
     finally:
         engine.close()
 
     report = _report(totals, modes, engine_config, sampling, args)
-    if sampling.greedy and spec_mode:
+    report["drafter_name"] = engine.drafter.name if engine.drafter else None
+    if compared:
         report["identical_outputs"] = f"{identical}/{compared}"
     if args.json:
         print(json.dumps(report, indent=2))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gambit import __version__
 from gambit.engine.chat import Message
+from gambit.engine.controller import PolicyMode
 from gambit.engine.decoder import GenerationConfig
 from gambit.engine.metrics import GenerationStats
 from gambit.engine.runtime import RuntimeOptions
@@ -31,7 +32,18 @@ def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -
     g = p.add_mutually_exclusive_group()
     g.add_argument("--draft", type=Path, help="draft GGUF model with the target's tokenizer")
     g.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram match)")
-    p.add_argument("--gamma", type=int, default=4, help="draft tokens per round (default 4)")
+    p.add_argument(
+        "--gamma",
+        type=int,
+        default=4,
+        help="draft tokens per round with --policy fixed (default 4)",
+    )
+    p.add_argument(
+        "--gamma-max",
+        type=int,
+        default=8,
+        help="the most draft tokens the adaptive policy uses (default 8)",
+    )
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     p.add_argument(
@@ -80,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="plain completion of PROMPT (no chat template; for base models)",
     )
     gen.add_argument("--system", default=None, help="system message")
+    gen.add_argument(
+        "--policy",
+        choices=["adaptive", "fixed", "off"],
+        default="adaptive",
+        help="how γ is chosen: adaptive (measured), fixed (--gamma) or off",
+    )
     gen.add_argument("prompt", help="the user message")
 
     bench = sub.add_parser("bench", help="target-only vs speculative on a prompt suite")
@@ -94,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=0, help="use the first N prompts only")
     bench.add_argument("--repeat", type=int, default=1, help="run each prompt N times")
     bench.add_argument("--json", action="store_true", help="print the report as JSON")
+    bench.add_argument(
+        "--policy",
+        action="append",
+        choices=["adaptive", "fixed", "off"],
+        help="speculation policies to compare with target-only (repeatable; default: all three)",
+    )
     bench.set_defaults(max_tokens=128)
     return parser
 
@@ -109,8 +133,15 @@ def _engine_config(args: argparse.Namespace) -> EngineConfig:
         n_gpu_layers=args.gpu_layers,
         strict_batch_invariance=args.strict,
     )
+    policy: PolicyMode = args.policy if args.command == "generate" else "adaptive"
     return EngineConfig(
-        target=target, drafter=drafter, draft=args.draft, target_options=options, gamma=args.gamma
+        target=target,
+        drafter=drafter,
+        draft=args.draft,
+        target_options=options,
+        gamma=args.gamma,
+        gamma_max=max(args.gamma_max, args.gamma),
+        policy=policy,
     )
 
 
@@ -194,6 +225,7 @@ def _stats_line(engine: Engine, s: GenerationStats, stop: str) -> str:
         parts += [
             f"accepted {s.n_accepted}/{s.n_drafted} ({s.acceptance_rate:.0%})",
             f"{s.tokens_per_round:.2f} tok/round",
+            f"γ {engine.controller.decision.reason}",
         ]
     parts.append(f"stop: {stop}")
     return " | ".join(parts)

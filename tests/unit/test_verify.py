@@ -41,7 +41,8 @@ def random_dense(rng: np.random.Generator, n_vocab: int, support: int | None = N
     out = np.zeros(n_vocab)
     ids = rng.choice(n_vocab, size=support, replace=False)
     out[ids] = rng.dirichlet(np.full(support, 0.7))
-    return out / out.sum()
+    out /= out.sum()
+    return out
 
 
 def dense_of(d: Distribution, n_vocab: int) -> np.ndarray:
@@ -54,7 +55,7 @@ def first_token_law(p: Distribution, q: Distribution, n_vocab: int) -> np.ndarra
     """Exact law of the first emitted token: sum_x q(x) [a(x) d(x, y) + (1 - a(x)) p'(y)]."""
     r = dense_of(residual(p, q), n_vocab)
     out = np.zeros(n_vocab)
-    for x, q_x in zip(q.ids.tolist(), q.probs.tolist()):
+    for x, q_x in zip(q.ids.tolist(), q.probs.tolist(), strict=True):
         if q_x == 0.0:
             continue
         a = acceptance_probability(p.prob(x), q.prob(x))
@@ -69,24 +70,24 @@ def random_pair_cases() -> Iterator[tuple[str, Distribution, Distribution, int]]
     rng = np.random.default_rng(20240601)
     for i in range(60):
         n_vocab = int(rng.integers(6, 21))
-        p = random_dense(rng, n_vocab)
-        q = random_dense(rng, n_vocab)
-        yield f"full-{i}", from_dense(p, rng), from_dense(q, rng), n_vocab
+        p_dense = random_dense(rng, n_vocab)
+        q_dense = random_dense(rng, n_vocab)
+        yield f"full-{i}", from_dense(p_dense, rng), from_dense(q_dense, rng), n_vocab
     for i in range(60):
         n_vocab = int(rng.integers(6, 21))
         # partial, overlapping supports: q has tokens p lacks and vice versa
-        p = random_dense(rng, n_vocab, int(rng.integers(2, n_vocab)))
-        q = random_dense(rng, n_vocab, int(rng.integers(2, n_vocab)))
-        yield f"partial-{i}", from_dense(p, rng), from_dense(q, rng), n_vocab
+        p_dense = random_dense(rng, n_vocab, int(rng.integers(2, n_vocab)))
+        q_dense = random_dense(rng, n_vocab, int(rng.integers(2, n_vocab)))
+        yield f"partial-{i}", from_dense(p_dense, rng), from_dense(q_dense, rng), n_vocab
     for i in range(10):
         n_vocab = int(rng.integers(6, 21))
         perm = rng.permutation(n_vocab)
         half = n_vocab // 2
-        p = np.zeros(n_vocab)
-        q = np.zeros(n_vocab)
-        p[perm[:half]] = rng.dirichlet(np.ones(half))
-        q[perm[half:]] = rng.dirichlet(np.ones(n_vocab - half))
-        yield f"disjoint-{i}", from_dense(p), from_dense(q), n_vocab
+        p_dense = np.zeros(n_vocab)
+        q_dense = np.zeros(n_vocab)
+        p_dense[perm[:half]] = rng.dirichlet(np.ones(half))
+        q_dense[perm[half:]] = rng.dirichlet(np.ones(n_vocab - half))
+        yield f"disjoint-{i}", from_dense(p_dense), from_dense(q_dense), n_vocab
     for i in range(10):
         n_vocab = int(rng.integers(6, 21))
         p = from_dense(random_dense(rng, n_vocab, int(rng.integers(1, n_vocab))), rng)
@@ -268,9 +269,7 @@ def test_speculative_sample_monte_carlo(gamma: int, kind: str, seed: int) -> Non
         # a deterministic drafter: the same (arbitrary) proposal every time
         x_all = np.tile(setup.integers(0, n_vocab, size=gamma), (n_trials, 1))
     else:
-        x_all = np.stack(
-            [drafts_rng.choice(q.ids, size=n_trials, p=q.probs) for q in qs], axis=1
-        )
+        x_all = np.stack([drafts_rng.choice(q.ids, size=n_trials, p=q.probs) for q in qs], axis=1)
     verify_rng = np.random.default_rng(seed + 2000)
     first = np.empty(n_trials, dtype=np.int64)
     second: list[int] = []
@@ -328,8 +327,12 @@ def greedy(token: int) -> Distribution:
 
 def test_greedy_target_accepts_its_argmax() -> None:
     for seed in range(50):
-        v = speculative_sample([3, 1, 4], None, [greedy(3), greedy(1), greedy(4), greedy(9)],
-                               np.random.default_rng(seed))
+        v = speculative_sample(
+            [3, 1, 4],
+            None,
+            [greedy(3), greedy(1), greedy(4), greedy(9)],
+            np.random.default_rng(seed),
+        )
         assert v == Verdict(3, 9, (True, True, True))
 
 
@@ -344,12 +347,8 @@ def test_greedy_target_with_stochastic_drafter() -> None:
     q = Distribution(np.array([2, 7, 1]), np.array([0.2, 0.5, 0.3]))
     for seed in range(50):
         rng = np.random.default_rng(seed)
-        assert speculative_sample([7], [q], [greedy(7), greedy(0)], rng) == Verdict(
-            1, 0, (True,)
-        )
-        assert speculative_sample([2], [q], [greedy(7), greedy(0)], rng) == Verdict(
-            0, 7, (False,)
-        )
+        assert speculative_sample([7], [q], [greedy(7), greedy(0)], rng) == Verdict(1, 0, (True,))
+        assert speculative_sample([2], [q], [greedy(7), greedy(0)], rng) == Verdict(0, 7, (False,))
 
 
 def test_all_accepted_bonus_comes_from_last_row() -> None:
@@ -490,10 +489,14 @@ def test_residual_of_equal_distributions_is_p() -> None:
 def test_residual_point_q_zeroes_that_token() -> None:
     p = Distribution(np.array([5, 2, 9]), np.array([0.5, 0.3, 0.2]))
     r = residual(p, Distribution.point(2))
-    assert dict(zip(r.ids.tolist(), r.probs.tolist())) == pytest.approx({5: 0.5 / 0.7, 9: 0.2 / 0.7})
+    assert dict(zip(r.ids.tolist(), r.probs.tolist(), strict=True)) == pytest.approx(
+        {5: 0.5 / 0.7, 9: 0.2 / 0.7}
+    )
     # a point q outside p's support leaves p as it is
     r = residual(p, Distribution.point(7))
-    assert dict(zip(r.ids.tolist(), r.probs.tolist())) == pytest.approx({5: 0.5, 2: 0.3, 9: 0.2})
+    assert dict(zip(r.ids.tolist(), r.probs.tolist(), strict=True)) == pytest.approx(
+        {5: 0.5, 2: 0.3, 9: 0.2}
+    )
     # a point p with a different point q: the residual is p
     assert residual(Distribution.point(4), Distribution.point(1)).ids.tolist() == [4]
 
@@ -503,7 +506,9 @@ def test_residual_hand_example() -> None:
     q = Distribution(np.array([1, 2, 3]), np.array([0.1, 0.6, 0.3]))
     # p - q = {0: 0.5, 1: 0.2, 2: -0.4, 3: -0.3} -> {0: 5/7, 1: 2/7}
     r = residual(p, q)
-    assert dict(zip(r.ids.tolist(), r.probs.tolist())) == pytest.approx({0: 5 / 7, 1: 2 / 7})
+    assert dict(zip(r.ids.tolist(), r.probs.tolist(), strict=True)) == pytest.approx(
+        {0: 5 / 7, 1: 2 / 7}
+    )
 
 
 # ---------------------------------------------------------------------- Verdict

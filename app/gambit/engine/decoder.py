@@ -216,7 +216,7 @@ class SpeculativeDecoder:
                 if gamma > 0 and self.drafter is not None
                 else EMPTY_DRAFT
             )
-            x = draft.tokens[:gamma]
+            x = list(draft.tokens[:gamma])
             t1 = time.perf_counter()
             n_rows = target.decode([context[-1], *x], all_logits=True)
             p_i = _TargetRows(target.logits_rows(n_rows), sampling, context, x)

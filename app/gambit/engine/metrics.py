@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -94,3 +95,102 @@ class GenerationStats:
 
     def latency_ms(self, percentile: float) -> float:
         return float(np.percentile(self.gaps_s, percentile) * 1000) if self.gaps_s else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """Everything the stats panel shows, at one moment. Cheap to build per round.
+
+    Rolling figures cover the last ``MetricsTracker.WINDOW`` rounds. ``speedup``
+    is the rolling tokens/s of this reply over ``baseline_tokens_per_s``, the
+    plain-decoding rate measured on this machine for this model at about this
+    context length (the controller's running estimate of 1 / t_target(1)).
+    """
+
+    n_tokens: int
+    n_drafted: int
+    n_accepted: int
+    n_rounds: int
+    acceptance_rate: float
+    acceptance_rate_rolling: float
+    mean_accepted: float
+    acceptance_by_position: tuple[float, ...]  # α_i measured in this reply, i = 1..
+    gamma: int
+    gamma_reason: str
+    tokens_per_s: float  # rolling
+    tokens_per_s_total: float
+    baseline_tokens_per_s: float
+    speedup: float
+    ttft_ms: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    draft_time_share: float
+    elapsed_s: float
+
+
+class MetricsTracker:
+    """Folds one reply's rounds into ``MetricsSnapshot``s."""
+
+    WINDOW = 16
+
+    def __init__(self) -> None:
+        self.stats = GenerationStats()
+        self._window: deque[tuple[int, int, int, float]] = deque(maxlen=self.WINDOW + 1)
+        self._tried: list[int] = []
+        self._accepted: list[int] = []
+
+    def add(self, rnd: Round) -> None:
+        self.stats.add(rnd)
+        if rnd.tokens:
+            self._window.append((len(rnd.tokens), rnd.n_drafted, rnd.n_accepted, rnd.elapsed_s))
+        for i, ok in enumerate(rnd.outcomes):
+            if i >= len(self._tried):
+                self._tried.append(0)
+                self._accepted.append(0)
+            self._tried[i] += 1
+            self._accepted[i] += ok
+
+    def snapshot(
+        self, baseline_tokens_per_s: float, gamma: int = 0, gamma_reason: str = ""
+    ) -> MetricsSnapshot:
+        """``gamma``/``gamma_reason``: the controller's current decision."""
+        s = self.stats
+        w = list(self._window)
+        rolling_tps = 0.0
+        rolling_acc = 0.0
+        if len(w) >= 2:
+            span = w[-1][3] - w[0][3]
+            rolling_tps = sum(x[0] for x in w[1:]) / span if span > 0 else 0.0
+            drafted = sum(x[1] for x in w[1:])
+            rolling_acc = sum(x[2] for x in w[1:]) / drafted if drafted else 0.0
+        elif s.n_tokens:
+            rolling_tps = s.tokens_per_s
+            rolling_acc = s.acceptance_rate
+        gaps = np.array(s.gaps_s) if s.gaps_s else np.zeros(1)
+        p50, p95, p99 = np.percentile(gaps, [50, 95, 99]) * 1000
+        draft_share = s.t_draft_s / s.elapsed_s if s.elapsed_s else 0.0
+        return MetricsSnapshot(
+            n_tokens=s.n_tokens,
+            n_drafted=s.n_drafted,
+            n_accepted=s.n_accepted,
+            n_rounds=s.n_rounds,
+            acceptance_rate=s.acceptance_rate,
+            acceptance_rate_rolling=rolling_acc,
+            mean_accepted=s.mean_accepted,
+            acceptance_by_position=tuple(
+                a / t for a, t in zip(self._accepted, self._tried, strict=True)
+            ),
+            gamma=gamma,
+            gamma_reason=gamma_reason,
+            tokens_per_s=rolling_tps,
+            tokens_per_s_total=s.tokens_per_s,
+            baseline_tokens_per_s=baseline_tokens_per_s,
+            speedup=rolling_tps / baseline_tokens_per_s if baseline_tokens_per_s else 0.0,
+            ttft_ms=s.ttft_s * 1000,
+            p50_ms=float(p50),
+            p95_ms=float(p95),
+            p99_ms=float(p99),
+            draft_time_share=draft_share,
+            elapsed_s=s.elapsed_s,
+        )

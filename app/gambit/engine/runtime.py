@@ -50,7 +50,7 @@ def _route_llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> No
         log.log(_last_level[0], "%s", message)
 
 
-def _ensure_backend() -> None:
+def ensure_backend() -> None:
     global _backend_ready
     with _backend_lock:
         if not _backend_ready:
@@ -98,7 +98,7 @@ class ModelRuntime:
         self._batch: Any = None
 
         check_model_file(self.path)
-        _ensure_backend()
+        ensure_backend()
         opts = self.options
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = opts.n_gpu_layers
@@ -133,7 +133,9 @@ class ModelRuntime:
         for i in range(self.n_batch):
             self._batch.n_seq_id[i] = 1
             self._batch.seq_id[i][0] = 0
-        self._all_logits_ptr_type = ctypes.POINTER(ctypes.c_float)
+        self._b_token = self._batch.token
+        self._b_pos = self._batch.pos
+        self._b_logits = self._batch.logits
 
     # ----------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -177,16 +179,20 @@ class ModelRuntime:
         if all_logits and n > self.n_batch:
             raise ValueError(f"cannot return logits for {n} tokens in one batch of {self.n_batch}")
         batch = self._batch
+        # Index the batch's arrays through pointers fetched once (in __init__):
+        # each `batch.token` attribute read builds a new ctypes object.
+        tok_arr, pos_arr, out_arr = self._b_token, self._b_pos, self._b_logits
         for chunk_start in range(0, n, self.n_batch):
             chunk = tokens[chunk_start : chunk_start + self.n_batch]
             last_chunk = chunk_start + self.n_batch >= n
             m = len(chunk)
+            base = start + chunk_start
             for i, tok in enumerate(chunk):
-                batch.token[i] = tok
-                batch.pos[i] = start + chunk_start + i
-                batch.logits[i] = all_logits
+                tok_arr[i] = tok
+                pos_arr[i] = base + i
+                out_arr[i] = all_logits
             if last_chunk:
-                batch.logits[m - 1] = True
+                out_arr[m - 1] = True
             batch.n_tokens = m
             t0 = time.perf_counter()
             rc = ll.llama_decode(self._ctx, batch)

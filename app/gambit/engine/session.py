@@ -13,13 +13,8 @@ from pathlib import Path
 from typing import Literal
 
 from gambit.engine.chat import ChatPromptBuilder, Message
-from gambit.engine.decoder import (
-    FixedGamma,
-    GammaPolicy,
-    GenerationConfig,
-    Round,
-    SpeculativeDecoder,
-)
+from gambit.engine.controller import CostModel, GammaController, PolicyMode, calibrate
+from gambit.engine.decoder import GenerationConfig, Round, SpeculativeDecoder
 from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
 from gambit.engine.drafters.lookup import PromptLookupDrafter
@@ -37,18 +32,29 @@ class EngineConfig:
     draft: Path | None = None  # with drafter="draft"
     target_options: RuntimeOptions = field(default_factory=RuntimeOptions)
     draft_options: RuntimeOptions | None = None  # default: the target's
-    gamma: int = 4  # fixed draft length, until a policy is given
+    policy: PolicyMode = "adaptive"
+    gamma: int = 4  # draft length of the "fixed" policy
+    gamma_max: int = 8  # the most the "adaptive" policy drafts
     lookup_ngram_max: int = 3
 
     def __post_init__(self) -> None:
         if self.drafter == "draft" and self.draft is None:
             raise ValueError("a draft model path is needed for drafter='draft'")
-        if self.gamma < 0:
-            raise ValueError("gamma must be 0 or more")
+        if not 0 <= self.gamma <= self.gamma_max:
+            raise ValueError(f"gamma must be between 0 and gamma_max ({self.gamma_max})")
+        if self.gamma_max < 1:
+            raise ValueError("gamma_max must be 1 or more")
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, policy: GammaPolicy | None = None) -> None:
+    """Loads the models, checks the pair, measures costs, and streams replies.
+
+    ``controller`` decides γ every round; its mode can change between rounds
+    (the settings toggle), and ``decoder.speculation_enabled`` pauses
+    speculation without touching what the controller has learned.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.target = ModelRuntime(config.target, config.target_options)
         self.draft_runtime: ModelRuntime | None = None
@@ -67,10 +73,32 @@ class Engine:
             self.close()
             raise
         self.drafter = drafter
-        self.decoder = SpeculativeDecoder(
-            self.target, drafter, policy or FixedGamma(config.gamma if drafter else 0)
-        )
+        self.costs = self.measure_costs()
+        self.controller = self.new_controller(config.policy)
+        self.decoder = SpeculativeDecoder(self.target, drafter, self.controller)
         self._chat: ChatPromptBuilder | None = None
+
+    def measure_costs(self) -> CostModel:
+        """Calibrate t_target(k) and the draft step on this machine (well under a
+        second for small models); skipped without a drafter, where rounds
+        themselves measure t_target(1)."""
+        k_max = self.config.gamma_max + 1
+        if self.drafter is None:
+            return CostModel(k_max)
+        return calibrate(self.target, self.draft_runtime, k_max)
+
+    def new_controller(self, mode: PolicyMode) -> GammaController:
+        """A controller starting from this engine's calibration (and nothing learned)."""
+        costs = self.costs.copy()
+        if self.config.drafter == "lookup":
+            costs.t_draft = 0.0  # a dictionary look-up: free next to a decode
+        return GammaController(
+            costs, mode=mode, gamma_max=self.config.gamma_max, fixed_gamma=self.config.gamma
+        )
+
+    def use_controller(self, controller: GammaController) -> None:
+        self.controller = controller
+        self.decoder.policy = controller
 
     @property
     def chat_builder(self) -> ChatPromptBuilder:

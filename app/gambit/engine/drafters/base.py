@@ -12,7 +12,7 @@ from gambit.engine.sampling import Distribution, SamplingParams
 
 @dataclass(frozen=True, slots=True)
 class Draft:
-    tokens: list[int]
+    tokens: tuple[int, ...]
     # The proposal distribution of each token; None for a deterministic
     # drafter, whose proposals are point masses.
     q: list[Distribution] | None = None
@@ -21,7 +21,7 @@ class Draft:
         return len(self.tokens)
 
 
-EMPTY_DRAFT = Draft([])
+EMPTY_DRAFT = Draft(())
 
 
 class Drafter(Protocol):

@@ -58,8 +58,17 @@ class DraftModelDrafter:
 
     name = "draft model"
 
-    def __init__(self, runtime: ModelRuntime, p_min: float = 0.0) -> None:
+    def __init__(
+        self,
+        runtime: ModelRuntime,
+        p_min: float = 0.0,
+        sampling: SamplingParams | None = None,
+    ) -> None:
         self.runtime = runtime
+        # The draft's own sampling settings. Default: the generation's, which
+        # maximises acceptance; any other choice stays lossless (verification
+        # corrects for whatever q the draft proposes from).
+        self.sampling = sampling
         # Stop drafting early once the draft's own top probability falls
         # below p_min (0: never); a cheap confidence signal.
         self.p_min = p_min
@@ -74,6 +83,7 @@ class DraftModelDrafter:
         if n_max <= 0:
             return EMPTY_DRAFT
         rt = self.runtime
+        sampling = self.sampling or sampling
         room = rt.n_ctx - len(context)
         n_max = min(n_max, room)
         if n_max <= 0:
@@ -93,7 +103,7 @@ class DraftModelDrafter:
             if rt.is_eog(tok) or i == n_max - 1:
                 break
             rt.decode([tok])
-        return Draft(tokens, None if sampling.greedy else q)
+        return Draft(tuple(tokens), None if sampling.greedy else q)
 
     @staticmethod
     def _top_prob(row: np.ndarray, dist: Distribution, sampling: SamplingParams) -> float:

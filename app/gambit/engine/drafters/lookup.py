@@ -59,7 +59,7 @@ class PromptLookupDrafter:
                 continue
             end = self._index[n].get(tuple(tokens[-n:]))
             if end is not None:
-                return Draft(tokens[end : end + n_max])
+                return Draft(tuple(tokens[end : end + n_max]))
         return EMPTY_DRAFT
 
     def close(self) -> None:

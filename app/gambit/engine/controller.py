@@ -1,0 +1,299 @@
+"""When to bet: adaptive γ, an automatic off-switch and probing, from measurements.
+
+Speculation pays when the expected tokens per round outrun what the round
+costs. With per-position acceptance α_i (the chance the i-th draft token is
+accepted given the ones before it were), a round with γ draft tokens yields
+
+    E[tokens | γ] = 1 + Σ_{i=1..γ} Π_{j=1..i} α_j
+
+and costs γ·t_draft + t_target(γ+1), where t_target(k) is the time to verify
+a batch of k tokens *on this machine* (on a CPU it grows with k; on a GPU it
+barely does). Plain decoding yields 1 token per t_target(1). The policy picks
+the γ in 0..γ_max with the best expected rate; γ = 0 means speculation off.
+
+While off, nothing is learned about acceptance, so the policy probes: a short
+draft every N tokens, N doubling while probes keep failing, back to the base
+interval when one succeeds. Hysteresis (switch on above +5 %, off below
+±0 %) keeps it from flapping on noise.
+
+Everything here is measured: ``CostModel`` is calibrated at load
+(``calibrate``) and updated from every round's timings; ``AcceptanceModel``
+from every round's outcomes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from gambit.engine.decoder import Round
+from gambit.engine.runtime import ModelRuntime
+
+# Exponential weights of the running estimates: ~1/w recent observations count.
+COST_WEIGHT = 0.1
+ACCEPT_WEIGHT = 0.15
+
+
+@dataclass
+class CostModel:
+    """Running estimates of t_target(k), k = 1..k_max, and of one draft step."""
+
+    k_max: int
+    t_target: np.ndarray = field(init=False)  # index k: seconds to verify k tokens
+    t_draft: float = 0.0  # seconds per drafted token (0 for prompt lookup)
+    _seen: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.t_target = np.zeros(self.k_max + 1)
+        self._seen = np.zeros(self.k_max + 1, dtype=bool)
+
+    @property
+    def calibrated(self) -> bool:
+        return bool(self._seen[1])
+
+    def copy(self) -> CostModel:
+        other = CostModel(self.k_max)
+        other.t_target[:] = self.t_target
+        other._seen[:] = self._seen
+        other.t_draft = self.t_draft
+        return other
+
+    def set_target(self, k: int, seconds: float) -> None:
+        if 1 <= k <= self.k_max:
+            self.t_target[k] = seconds
+            self._seen[k] = True
+
+    def observe_verify(self, k: int, seconds: float) -> None:
+        if not 1 <= k <= self.k_max or seconds <= 0:
+            return
+        if self._seen[k]:
+            self.t_target[k] += COST_WEIGHT * (seconds - self.t_target[k])
+        else:
+            self.set_target(k, seconds)
+
+    def observe_draft(self, n_tokens: int, seconds: float) -> None:
+        if n_tokens <= 0 or seconds < 0:
+            return
+        per_token = seconds / n_tokens
+        self.t_draft += COST_WEIGHT * (per_token - self.t_draft) if self.t_draft else per_token
+
+    def verify_cost(self, k: int) -> float:
+        """t_target(k); unmeasured sizes are interpolated linearly from measured ones."""
+        if k <= self.k_max and self._seen[k]:
+            return float(self.t_target[k])
+        ks = np.flatnonzero(self._seen)
+        if len(ks) == 0:
+            return float(k)  # nothing measured yet: assume a batch costs k tokens
+        last = int(ks[-1])
+        if len(ks) == 1 or k > last:  # beyond the measured range: proportional to k
+            return float(self.t_target[last]) * k / last
+        return float(np.interp(k, ks, self.t_target[ks]))
+
+
+@dataclass
+class AcceptanceModel:
+    """Per-position acceptance α_i as exponentially weighted estimates."""
+
+    gamma_max: int
+    prior: float = 0.6
+    alpha: np.ndarray = field(init=False)  # index i-1: α_i
+
+    def __post_init__(self) -> None:
+        self.alpha = np.full(self.gamma_max, self.prior)
+
+    def observe(self, outcomes: tuple[bool, ...]) -> None:
+        # Positions after the first rejection were never tried: no evidence.
+        for i, accepted in enumerate(outcomes[: self.gamma_max]):
+            self.alpha[i] += ACCEPT_WEIGHT * (float(accepted) - self.alpha[i])
+        n = len(outcomes)
+        if 0 < n < self.gamma_max and all(outcomes):
+            # Every draft landed, so nothing was learned about longer drafts.
+            # Let the untried positions drift towards the last one tried, so
+            # that γ can grow when the text is predictable (exploration).
+            tail = self.alpha[n:]
+            tail += ACCEPT_WEIGHT / 2 * (self.alpha[n - 1] - tail)
+
+    def expected_tokens(self, gamma: int) -> float:
+        """E[tokens | γ] = 1 + Σ_{i≤γ} Π_{j≤i} α_j."""
+        return 1.0 + float(np.cumprod(self.alpha[:gamma]).sum())
+
+
+@dataclass(frozen=True)
+class Decision:
+    gamma: int
+    expected_speedup: float  # of the chosen γ against plain decoding (1.0 when off)
+    best_speedup: float  # of the best γ > 0, whether chosen or not
+    reason: str
+
+
+PolicyMode = Literal["adaptive", "fixed", "off"]
+
+
+class GammaController:
+    """Chooses γ for each round, and keeps measuring whatever the mode.
+
+    - ``adaptive``: the γ in 0..γ_max with the best expected tokens per second;
+      off when no γ beats plain decoding, with probes to switch back on.
+    - ``fixed``: always ``fixed_gamma``.
+    - ``off``: never speculate.
+
+    Costs and acceptance are updated from every round in every mode, so the
+    baseline and the expected speedup stay current when the user switches.
+    """
+
+    ON_ABOVE = 1.05
+    OFF_BELOW = 1.0
+    PROBE_BASE = 16  # tokens between probes while off
+    PROBE_MAX = 512
+    PROBE_GAMMA = 2
+
+    def __init__(
+        self,
+        costs: CostModel,
+        mode: PolicyMode = "adaptive",
+        gamma_max: int = 8,
+        fixed_gamma: int = 4,
+        prior_alpha: float = 0.6,
+    ) -> None:
+        if gamma_max < 1:
+            raise ValueError("gamma_max must be 1 or more")
+        if costs.k_max < gamma_max + 1:
+            raise ValueError("the cost model must cover batches of gamma_max + 1 tokens")
+        self.mode: PolicyMode = mode
+        self.gamma_max = gamma_max
+        self.fixed_gamma = max(0, min(fixed_gamma, gamma_max))
+        self.costs = costs
+        self.acceptance = AcceptanceModel(gamma_max, prior_alpha)
+        self.on = True
+        self._probe_interval = self.PROBE_BASE
+        self._tokens_since_probe = 0
+        self._probing = False
+        self.decision = self._decide()
+
+    @property
+    def baseline_tokens_per_s(self) -> float:
+        """Plain decoding's rate on this machine, model and context: 1 / t_target(1)."""
+        t1 = self.costs.verify_cost(1)
+        return 1.0 / t1 if t1 > 0 else 0.0
+
+    # -- GammaPolicy
+    def next_gamma(self) -> int:
+        self.decision = self._decide()
+        if self.mode != "adaptive" or self.on:
+            return self.decision.gamma
+        if self._tokens_since_probe >= self._probe_interval:
+            self._probing = True
+            probe = max(1, min(self.PROBE_GAMMA, self.gamma_max))
+            d = self.decision
+            self.decision = Decision(
+                probe, d.expected_speedup, d.best_speedup,
+                f"probing: expected {d.best_speedup:.2f}x",
+            )  # fmt: skip
+            return probe
+        return 0
+
+    def observe(self, rnd: Round) -> None:
+        if rnd.tokens:
+            self.costs.observe_verify(rnd.n_drafted + 1, rnd.t_verify_s)
+        if rnd.n_drafted:
+            self.costs.observe_draft(rnd.n_drafted, rnd.t_draft_s)
+            self.acceptance.observe(rnd.outcomes)
+        self._tokens_since_probe += len(rnd.tokens)
+        best = self._best()[1]
+        if self._probing:
+            self._probing = False
+            self._tokens_since_probe = 0
+            if best > self.ON_ABOVE:
+                self.on = True
+            if best > self.ON_ABOVE or 2 * rnd.n_accepted >= max(rnd.n_drafted, 1):
+                # a probe that mostly landed: the text may be turning
+                # predictable, so look again soon
+                self._probe_interval = self.PROBE_BASE
+            else:
+                self._probe_interval = min(self._probe_interval * 2, self.PROBE_MAX)
+        elif self.on and best < self.OFF_BELOW:
+            self.on = False
+            self._tokens_since_probe = 0
+        elif not self.on and best > self.ON_ABOVE:
+            self.on = True
+            self._probe_interval = self.PROBE_BASE
+
+    # -- the model
+    def expected_rate(self, gamma: int) -> float:
+        """Expected tokens per second of a round with γ draft tokens."""
+        cost = gamma * self.costs.t_draft + self.costs.verify_cost(gamma + 1)
+        return self.acceptance.expected_tokens(gamma) / cost if cost > 0 else 0.0
+
+    def expected_speedup(self, gamma: int) -> float:
+        plain = self.expected_rate(0)
+        return self.expected_rate(gamma) / plain if plain > 0 else 0.0
+
+    def _best(self) -> tuple[int, float]:
+        speedups = [self.expected_speedup(g) for g in range(1, self.gamma_max + 1)]
+        best = int(np.argmax(speedups))
+        return best + 1, speedups[best]
+
+    def _decide(self) -> Decision:
+        gamma, best = self._best()
+        if self.mode == "off":
+            return Decision(0, 1.0, best, "off: switched off in settings")
+        if self.mode == "fixed":
+            g = self.fixed_gamma
+            s = self.expected_speedup(g)
+            return Decision(g, s, best, f"fixed γ={g}: expected {s:.2f}x")
+        if self.on:
+            return Decision(gamma, best, best, f"on: expected {best:.2f}x")
+        return Decision(0, 1.0, best, f"off: expected {best:.2f}x")
+
+
+def calibrate(
+    target: ModelRuntime,
+    draft: ModelRuntime | None,
+    k_max: int,
+    costs: CostModel | None = None,
+    repeats: int = 3,
+) -> CostModel:
+    """Measure t_target(k) for k = 1..k_max and one draft step, on this machine.
+
+    Decodes a short filler context, then batches of k tokens on top of it,
+    keeping the fastest of ``repeats`` runs (the least disturbed by other work).
+    Leaves both caches empty. A few hundred milliseconds for small models.
+    """
+    costs = costs or CostModel(k_max)
+    filler = _filler_tokens(target, max(32, k_max))
+    target.clear()
+    target.decode(filler)
+    # A few batch sizes suffice: t_target(k) is smooth in k and the rest is
+    # interpolated, then refined by every round's own timing.
+    for k in sorted({1, 2, 3, 5, k_max}):
+        batch = filler[:k]
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            target.decode(batch, all_logits=True)
+            best = min(best, time.perf_counter() - t0)
+            target.truncate(len(filler))
+        costs.set_target(k, best)
+    target.clear()
+    if draft is not None:
+        draft.clear()
+        draft.decode(filler)
+        best = float("inf")
+        for i in range(repeats + 1):
+            t0 = time.perf_counter()
+            draft.decode([filler[i]])
+            best = min(best, time.perf_counter() - t0)
+        costs.t_draft = best
+        draft.clear()
+    return costs
+
+
+def _filler_tokens(rt: ModelRuntime, n: int) -> list[int]:
+    text = "The quick brown fox jumps over the lazy dog. " * 8
+    tokens = rt.tokenize(text, add_special=False)
+    while len(tokens) < n:
+        tokens = tokens + tokens
+    return tokens[:n]
