@@ -59,6 +59,62 @@ def ensure_backend() -> None:
             _backend_ready = True
 
 
+class _ThreadpoolParams(ctypes.Structure):
+    # ggml.h: struct ggml_threadpool_params (GGML_MAX_N_THREADS = 512)
+    _fields_ = [
+        ("cpumask", ctypes.c_bool * 512),
+        ("n_threads", ctypes.c_int),
+        ("prio", ctypes.c_int),
+        ("poll", ctypes.c_uint32),
+        ("strict_cpu", ctypes.c_bool),
+        ("paused", ctypes.c_bool),
+    ]
+
+
+_threadpools: dict[int, int | None] = {}
+
+
+def shared_threadpool(n_threads: int) -> int | None:
+    """One ggml CPU threadpool per thread count, shared by every context.
+
+    Each llama.cpp context otherwise gets a pool of its own whose idle workers
+    spin-wait for milliseconds after each decode. With a target and a draft
+    model taking turns, the idle pool's spinning steals the cores the busy one
+    needs (measured here: a draft step cost 8.7 ms instead of 6.7 ms). A
+    single pool serves both in turn. Returns None where the CPU backend's
+    threadpool API is not available (then llama.cpp's default is used).
+    """
+    with _backend_lock:
+        if n_threads in _threadpools:
+            return _threadpools[n_threads]
+        pool = None
+        try:
+            lib_dir = Path(ll.__file__).parent / "lib"
+            candidates = sorted(lib_dir.glob("*ggml-cpu*"))
+            ggml_cpu = ctypes.CDLL(str(candidates[0])) if candidates else ctypes.CDLL(None)
+            ggml_cpu.ggml_threadpool_params_default.restype = _ThreadpoolParams
+            ggml_cpu.ggml_threadpool_params_default.argtypes = [ctypes.c_int]
+            ggml_cpu.ggml_threadpool_new.restype = ctypes.c_void_p
+            ggml_cpu.ggml_threadpool_new.argtypes = [ctypes.POINTER(_ThreadpoolParams)]
+            params = ggml_cpu.ggml_threadpool_params_default(n_threads)
+            pool = ggml_cpu.ggml_threadpool_new(ctypes.byref(params)) or None
+        except (OSError, AttributeError) as exc:
+            log.debug("no shared threadpool: %s", exc)
+        _threadpools[n_threads] = pool
+        return pool
+
+
+def _attach_threadpool(ctx: Any, pool: int) -> bool:
+    try:
+        attach = ll.llama_cpp._lib.llama_attach_threadpool
+    except AttributeError:
+        return False
+    attach.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    attach.restype = None
+    attach(ctx, pool, pool)
+    return True
+
+
 def default_threads() -> int:
     """Threads for decoding: the physical cores, approximated.
 
@@ -122,13 +178,16 @@ class ModelRuntime:
             raise ModelLoadError(
                 str(self.path), f"llama.cpp could not create a context of {opts.n_ctx} tokens"
             )
+        pool = shared_threadpool(threads) if opts.n_gpu_layers == 0 else None
+        self.shared_threadpool = pool is not None and _attach_threadpool(self._ctx, pool)
         self.n_threads = threads
         self.n_ctx = ll.llama_n_ctx(self._ctx)
-        self.n_batch = opts.n_batch
+        # llama.cpp may cap the batch below what was asked (at the context size)
+        self.n_batch = min(opts.n_batch, ll.llama_n_batch(self._ctx))
         self._mem = ll.llama_get_memory(self._ctx)
         self.vocab = ll.llama_model_get_vocab(self._model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
-        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)  # after n_batch is known
         # Every token we decode lives in sequence 0; set the seq ids once.
         for i in range(self.n_batch):
             self._batch.n_seq_id[i] = 1
@@ -164,7 +223,7 @@ class ModelRuntime:
         """Append ``tokens`` to the KV cache.
 
         With ``all_logits`` every token gets a logits row (rows 0..n-1, needs
-        n <= n_batch); otherwise only the last one does (row 0). Returns the
+        n <= n_batch); otherwise only the last one does (read it as row -1). Returns the
         number of logits rows available.
         """
         n = len(tokens)

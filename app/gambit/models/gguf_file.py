@@ -94,7 +94,12 @@ class _Reader:
     def read(self, n: int) -> bytes:
         data = self.f.read(n)
         if len(data) != n:
-            raise TruncatedModelError(str(self.path), "the GGUF header is cut short")
+            size = self.path.stat().st_size
+            raise TruncatedModelError(
+                str(self.path),
+                f"the model file is truncated: it ends at {size:,} bytes, inside its "
+                "GGUF header (was the download interrupted?)",
+            )
         return data
 
     def unpack(self, fmt: str) -> Any:

@@ -1,0 +1,213 @@
+"""``gambit-cli`` end to end, as a user runs it: a subprocess on real models."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# One thread: the machine's two cores are shared with other jobs, and llama.cpp's
+# spinning thread pool slows down a hundredfold when its threads get preempted.
+FAST = ["--threads", "1", "--ctx", "512"]
+METRIC_KEYS = {
+    "tokens_per_s",
+    "speedup",
+    "acceptance_rate",
+    "mean_accepted",
+    "p50_ms",
+    "p99_ms",
+    "ttft_ms",
+    "overhead_share",
+}
+
+
+def gambit(*args: str | Path, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GAMBIT_HOME": str(home)}  # GAMBIT_TEST_MODELS passes through
+    return subprocess.run(
+        [sys.executable, "-m", "gambit", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+
+
+def _stats_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in proc.stderr.splitlines() if "tok/s" in line]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- generate
+
+
+@pytest.fixture(scope="module")
+def greedy_runs(
+    tmp_path_factory: pytest.TempPathFactory, smol_q4_1: Path, smol_q8_0: Path
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    home = tmp_path_factory.mktemp("gambit-home")
+    common = [*FAST, "--temp", "0", "--max-tokens", "12", "Say hello"]
+    variants: dict[str, list[str | Path]] = {
+        "q4_1": ["--target", smol_q4_1],
+        "q8_0": ["--target", smol_q8_0],
+        # fixed γ, so that speculation runs on every round of a reply this short
+        "q8_0 lookup": ["--target", smol_q8_0, "--lookup", "--policy", "fixed"],
+        "q8_0 draft": ["--target", smol_q8_0, "--draft", smol_q4_1, "--policy", "fixed"],
+    }
+    return {name: gambit("generate", *args, *common, home=home) for name, args in variants.items()}
+
+
+def test_generate_plain(greedy_runs: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    for name in ("q4_1", "q8_0"):
+        proc = greedy_runs[name]
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip(), name
+        line = _stats_line(proc)
+        assert "[target only]" in line
+        assert "12 tokens" in line
+        assert "stop: max tokens" in line
+        assert "accepted" not in line
+
+
+def test_generate_lookup(greedy_runs: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    proc = greedy_runs["q8_0 lookup"]
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+    line = _stats_line(proc)
+    assert "[prompt lookup]" in line
+    assert re.search(r"accepted \d+/\d+", line), line
+
+
+def test_generate_draft(greedy_runs: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    proc = greedy_runs["q8_0 draft"]
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+    line = _stats_line(proc)
+    assert "[draft model]" in line
+    accepted = re.search(r"accepted (\d+)/(\d+)", line)
+    assert accepted, line
+    assert 0 <= int(accepted[1]) <= int(accepted[2]) and int(accepted[2]) > 0  # it drafted
+
+
+def test_generate_greedy_output_is_the_same_with_or_without_speculation(
+    greedy_runs: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    # Q8_0's CPU kernels give the same logits for a small batch as for single
+    # tokens, so greedy speculation must reproduce plain decoding exactly.
+    plain = greedy_runs["q8_0"].stdout
+    assert plain.strip()
+    assert greedy_runs["q8_0 lookup"].stdout == plain
+    assert greedy_runs["q8_0 draft"].stdout == plain
+
+
+def test_generate_missing_model(tmp_path: Path) -> None:
+    proc = gambit("generate", "--target", "/nonexistent.gguf", "Say hello", home=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("gambit-cli: error:"), proc.stderr
+    assert "not found" in proc.stderr and "/nonexistent.gguf" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_generate_invalid_temperature(tmp_path: Path, smol_q4_1: Path) -> None:
+    proc = gambit(
+        "generate", "--target", smol_q4_1, *FAST, "--temp", "-1", "Say hello", home=tmp_path
+    )
+    assert proc.returncode == 2
+    assert "invalid setting" in proc.stderr
+    assert "temperature" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------------------ bench
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    lines = [
+        {"prompt": "Say hello", "suite": "a"},
+        {"prompt": "Count from one to five.", "suite": "b"},
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+def _bench(
+    home: Path, target: Path, draft: Path, prompts: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return gambit(
+        "bench",
+        "--target",
+        target,
+        "--draft",
+        draft,
+        *FAST,
+        # one speculative mode (this build compares policies: adaptive, fixed, off)
+        "--policy",
+        "fixed",
+        "--prompts",
+        prompts,
+        "--max-tokens",
+        "16",
+        *extra,
+        home=home,
+    )
+
+
+def test_bench_json(tmp_path: Path, smol_q8_0: Path, smol_q4_1: Path, prompts_file: Path) -> None:
+    proc = _bench(tmp_path, smol_q8_0, smol_q4_1, prompts_file, "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["drafter"] == "draft"
+    assert report["drafter_name"] == "draft model"
+    assert report["temperature"] == 0.0
+    suites = report["suites"]
+    assert set(suites) == {"a", "b", "ALL"}
+    for suite, by_mode in suites.items():
+        assert list(by_mode) == ["target-only", "fixed"], suite
+        for mode, figures in by_mode.items():
+            assert set(figures) >= METRIC_KEYS, (suite, mode)
+            assert figures["tokens_per_s"] > 0
+            assert 0.0 <= figures["acceptance_rate"] <= 1.0
+            assert 0.0 <= figures["overhead_share"] <= 1.0
+            assert figures["p50_ms"] <= figures["p99_ms"]
+        assert by_mode["target-only"]["speedup"] == 1.0
+        assert by_mode["target-only"]["acceptance_rate"] == 0.0
+        assert by_mode["fixed"]["speedup"] > 0
+    assert suites["ALL"]["fixed"]["tokens"] == (
+        suites["a"]["fixed"]["tokens"] + suites["b"]["fixed"]["tokens"]
+    )
+    assert report["identical_outputs"] == "2/2"
+
+
+def test_bench_table(tmp_path: Path, smol_q8_0: Path, smol_q4_1: Path, prompts_file: Path) -> None:
+    proc = _bench(tmp_path, smol_q8_0, smol_q4_1, prompts_file)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("suite"))
+    assert "speedup" in header and "tok/s" in header
+    rows = [line.split() for line in lines if line.split()[:1] in (["a"], ["b"], ["ALL"])]
+    assert sorted((r[0], r[1]) for r in rows) == sorted(
+        (s, m) for s in ("a", "b", "ALL") for m in ("target-only", "fixed")
+    )
+    assert "identical with and without speculation: 2/2" in proc.stdout
+    # progress goes to stderr, one line per run
+    assert len([line for line in proc.stderr.splitlines() if "tok/s" in line]) == 4
+
+
+def test_bench_bad_prompts_file(tmp_path: Path, smol_q8_0: Path) -> None:
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('{"prompt": "Say hello", "suite": "a"}\nthis is not JSON\n', encoding="utf-8")
+    proc = gambit("bench", "--target", smol_q8_0, *FAST, "--prompts", bad, home=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("gambit-cli: error:"), proc.stderr
+    assert f"{bad}:2:" in proc.stderr  # names the file and the line
+    assert "JSON" in proc.stderr
+    assert "Traceback" not in proc.stderr
