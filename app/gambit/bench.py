@@ -55,6 +55,24 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
     return prompts
 
 
+def parse_policy(spec: str, default_gamma: int, gamma_max: int) -> tuple[PolicyMode, int]:
+    """ "adaptive", "off", "fixed" (γ = --gamma) or "fixed=N"."""
+    if spec in ("adaptive", "off"):
+        return spec, default_gamma  # type: ignore[return-value]
+    if spec == "fixed":
+        return "fixed", default_gamma
+    if spec.startswith("fixed="):
+        try:
+            gamma = int(spec.removeprefix("fixed="))
+        except ValueError:
+            gamma = -1
+        if 1 <= gamma <= gamma_max:
+            return "fixed", gamma
+    raise GambitError(
+        f"unknown policy {spec!r}: use adaptive, off, fixed or fixed=N with 1 <= N <= {gamma_max}"
+    )
+
+
 def run_once(
     engine: Engine, prompt: str, config: GenerationConfig, controller: GammaController | None
 ) -> tuple[GenerationStats, list[int]]:
@@ -143,12 +161,11 @@ def run_bench(
         sampling = SamplingParams(**{**sampling.__dict__, "seed": 1234})
     config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling)
     engine = Engine(engine_config)
-    policies: list[PolicyMode] = (
-        (args.policy or ["adaptive", "fixed", "off"]) if engine.drafter else []
-    )
+    policies = (args.policy or ["adaptive", "fixed", "off"]) if engine.drafter else []
     controllers: dict[str, GammaController | None] = {TARGET_ONLY: None}
-    for policy in dict.fromkeys(policies):
-        controllers[policy] = engine.new_controller(policy)
+    for spec in dict.fromkeys(policies):
+        policy_mode, gamma = parse_policy(spec, engine_config.gamma, engine_config.gamma_max)
+        controllers[spec] = engine.new_controller(policy_mode, gamma)
     modes = list(controllers)
     totals: dict[str, dict[str, ModeTotals]] = defaultdict(lambda: defaultdict(ModeTotals))
     identical = 0

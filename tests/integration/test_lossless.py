@@ -11,6 +11,8 @@ prompt lookup.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy.stats import chisquare
@@ -19,7 +21,7 @@ from gambit.engine.chat import ChatTemplate, Message
 from gambit.engine.decoder import FixedGamma, GenerationConfig, SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.lookup import PromptLookupDrafter
-from gambit.engine.runtime import ModelRuntime
+from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.sampling import SamplingParams, process
 
 PROMPTS = [
@@ -166,3 +168,58 @@ def test_temperature_one_matches_target_distribution(
         assert accepted < drafted  # rejections happened
     p_value = _goodness_of_fit(samples, exact)
     assert p_value > 1e-3, f"{drafter_kind}: p = {p_value:.2e} over {len(samples)} samples"
+
+
+def test_greedy_identical_past_256_tokens_of_context(
+    rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime
+) -> None:
+    """Past 256 cached tokens llama.cpp's multi-threaded single-token flash
+    attention splits an F16 KV cache across threads; the default (strict)
+    Q8_0 KV cache keeps single and batched decoding on the same kernel."""
+    assert rt_q8_0.n_threads >= 2  # the configuration where the split happens
+    colours = ["red", "blue", "green", "small", "large", "old", "new", "heavy", "thin", "wide"]
+    passage = " ".join(f"Item {i}: the {w} box is on shelf {i % 7}." for i, w in enumerate(colours))
+    prompt = _prompt(rt_q8_0, f"Repeat this list exactly:\n{passage}")
+    assert 150 < len(prompt) < 256
+    config = GenerationConfig(max_tokens=200, sampling=SamplingParams(temperature=0.0))
+    plain = _reply(SpeculativeDecoder(rt_q8_0), prompt, config)
+    assert len(prompt) + len(plain) > 300  # the reply crosses the 256-cell boundary
+    for drafter in (PromptLookupDrafter(), DraftModelDrafter(rt_q4_1)):
+        spec = SpeculativeDecoder(rt_q8_0, drafter, FixedGamma(4))
+        assert _reply(spec, prompt, config) == plain, drafter.name
+
+
+def _max_batch_vs_single_diff(rt: ModelRuntime, start: int, n: int) -> float:
+    text = "The quick brown fox jumps over the lazy dog and then some more words follow. " * 40
+    ctx = rt.tokenize(text)[: start + n + 8]
+    rt.clear()
+    rt.decode(ctx[:start])
+    single = []
+    for tok in ctx[start : start + n]:
+        rt.decode([tok])
+        single.append(rt.logits(-1).copy())
+    worst = 0.0
+    rt.truncate(start)
+    for p in range(start, start + n - 5, 3):  # speculative-style: batch of 5, keep 3
+        rt.decode(ctx[p : p + 5], all_logits=True)
+        rows = rt.logits_rows(5)
+        for j in range(5):
+            worst = max(worst, float(np.abs(rows[j] - single[p - start + j]).max()))
+        rt.truncate(p + 3)
+    return worst
+
+
+def test_batched_logits_equal_single_token_logits(smol_q8_0: Path) -> None:
+    """The kernel property losslessness at temperature 0 rests on, across the
+    256-cell boundary. Fast kernels (F16 KV cache) break it there."""
+    strict = ModelRuntime(smol_q8_0, RuntimeOptions(n_ctx=1024, n_threads=2))
+    fast = ModelRuntime(
+        smol_q8_0, RuntimeOptions(n_ctx=1024, n_threads=2, strict_batch_invariance=False)
+    )
+    try:
+        assert _max_batch_vs_single_diff(strict, 230, 60) == 0.0
+        assert _max_batch_vs_single_diff(fast, 200, 40) == 0.0  # short context: same kernel
+        assert _max_batch_vs_single_diff(fast, 230, 60) > 0.01  # the split-KV kernel
+    finally:
+        strict.close()
+        fast.close()

@@ -146,6 +146,9 @@ class GammaController:
 
     ON_ABOVE = 1.05
     OFF_BELOW = 1.0
+    # Probing costs something (a draft model must catch up on skipped text):
+    # only probe where the best case, every draft accepted, is clearly a win.
+    PROBE_CEILING = 1.2
     PROBE_BASE = 16  # tokens between probes while off
     PROBE_MAX = 512
     PROBE_GAMMA = 2
@@ -167,10 +170,11 @@ class GammaController:
         self.fixed_gamma = max(0, min(fixed_gamma, gamma_max))
         self.costs = costs
         self.acceptance = AcceptanceModel(gamma_max, prior_alpha)
-        self.on = True
         self._probe_interval = self.PROBE_BASE
         self._tokens_since_probe = 0
         self._probing = False
+        # Start from what the calibration and the prior predict.
+        self.on = self._best()[1] >= self.OFF_BELOW
         self.decision = self._decide()
 
     @property
@@ -184,6 +188,16 @@ class GammaController:
         self.decision = self._decide()
         if self.mode != "adaptive" or self.on:
             return self.decision.gamma
+        if self.ceiling_speedup() <= self.PROBE_CEILING:
+            # Even drafts that are always accepted would not pay on this
+            # hardware (verification batches or the drafter cost too much):
+            # probing could only lose.
+            g = self.decision
+            self.decision = Decision(
+                0, 1.0, g.best_speedup,
+                f"off: cannot pay here (at best {self.ceiling_speedup():.2f}x)",
+            )  # fmt: skip
+            return 0
         if self._tokens_since_probe >= self._probe_interval:
             self._probing = True
             probe = max(1, min(self.PROBE_GAMMA, self.gamma_max))
@@ -199,7 +213,10 @@ class GammaController:
         if rnd.tokens:
             self.costs.observe_verify(rnd.n_drafted + 1, rnd.t_verify_s)
         if rnd.n_drafted:
-            self.costs.observe_draft(rnd.n_drafted, rnd.t_draft_s)
+            if rnd.n_draft_synced <= 2:
+                # A long catch-up (after plain rounds) is not the per-token
+                # cost of drafting in steady speculation.
+                self.costs.observe_draft(rnd.n_drafted, rnd.t_draft_s)
             self.acceptance.observe(rnd.outcomes)
         self._tokens_since_probe += len(rnd.tokens)
         best = self._best()[1]
@@ -208,11 +225,10 @@ class GammaController:
             self._tokens_since_probe = 0
             if best > self.ON_ABOVE:
                 self.on = True
-            if best > self.ON_ABOVE or 2 * rnd.n_accepted >= max(rnd.n_drafted, 1):
-                # a probe that mostly landed: the text may be turning
-                # predictable, so look again soon
                 self._probe_interval = self.PROBE_BASE
             else:
+                # Probes cost (a draft model must first catch up on every token
+                # it skipped): space them out while they do not pay.
                 self._probe_interval = min(self._probe_interval * 2, self.PROBE_MAX)
         elif self.on and best < self.OFF_BELOW:
             self.on = False
@@ -226,6 +242,17 @@ class GammaController:
         """Expected tokens per second of a round with γ draft tokens."""
         cost = gamma * self.costs.t_draft + self.costs.verify_cost(gamma + 1)
         return self.acceptance.expected_tokens(gamma) / cost if cost > 0 else 0.0
+
+    def ceiling_speedup(self) -> float:
+        """The best expected speedup if every draft token were accepted."""
+        plain = self.expected_rate(0)
+        if plain <= 0:
+            return 0.0
+        best = 0.0
+        for g in range(1, self.gamma_max + 1):
+            cost = g * self.costs.t_draft + self.costs.verify_cost(g + 1)
+            best = max(best, (g + 1) / cost / plain)
+        return best
 
     def expected_speedup(self, gamma: int) -> float:
         plain = self.expected_rate(0)

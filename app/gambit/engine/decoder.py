@@ -51,6 +51,7 @@ class Round:
     t_verify_s: float  # the target's batch decode plus verification
     elapsed_s: float  # since generate() was called, when this round was emitted
     stop: StopReason | None = None
+    n_draft_synced: int = 0  # tokens the drafter decoded to catch up, within t_draft_s
 
     @property
     def from_draft(self) -> tuple[bool, ...]:
@@ -262,6 +263,7 @@ class SpeculativeDecoder:
                 t_verify_s=t2 - t1,
                 elapsed_s=time.perf_counter() - t_start,
                 stop=stop,
+                n_draft_synced=draft.n_synced,
             )
             self.policy.observe(rnd)
             yield rnd

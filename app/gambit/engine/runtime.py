@@ -73,6 +73,9 @@ class _ThreadpoolParams(ctypes.Structure):
 
 _threadpools: dict[int, int | None] = {}
 
+GGML_TYPE_Q8_0 = 8  # ggml.h enum ggml_type
+LLAMA_FLASH_ATTN_ENABLED = 1  # llama.h enum llama_flash_attn_type
+
 
 def shared_threadpool(n_threads: int) -> int | None:
     """One ggml CPU threadpool per thread count, shared by every context.
@@ -131,11 +134,19 @@ class RuntimeOptions:
     n_threads: int = 0  # 0: default_threads()
     n_gpu_layers: int = 0  # -1: all layers on the GPU
     n_batch: int = 512
-    # Weight repacking (llama.cpp "extra buffer types") makes some CPU kernels
-    # give slightly different logits for a batch than for a single token.
-    # Strict mode turns it off, so speculation reproduces plain decoding for
-    # more weight types, at some cost in speed.
-    strict_batch_invariance: bool = False
+    # Batch-invariant kernels: a token's logits are the same whether it is
+    # decoded alone (plain decoding) or in a verification batch, so greedy
+    # speculation reproduces plain decoding token for token. Two llama.cpp CPU
+    # paths break that and strict mode avoids both:
+    # - weight repacking ("extra buffer types") changes batched matmuls for
+    #   some weight types (F16, K-quants);
+    # - with 2+ threads, single-token flash attention over an F16 KV cache of
+    #   512+ cells splits the cache across threads (measured: logits off by
+    #   up to 1.35 past position 256). A Q8_0 KV cache takes the same kernel
+    #   for single tokens and small batches.
+    # Cost measured here: ~8 % slower single-token decoding at 200-600 tokens
+    # of context (SmolLM2 Q8_0, 2 threads).
+    strict_batch_invariance: bool = True
 
 
 class ModelRuntime:
@@ -172,6 +183,10 @@ class ModelRuntime:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
+        if opts.strict_batch_invariance:
+            cparams.type_k = GGML_TYPE_Q8_0
+            cparams.type_v = GGML_TYPE_Q8_0
+            cparams.flash_attn_type = LLAMA_FLASH_ATTN_ENABLED  # a quantized V cache needs it
         self._ctx = ll.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()

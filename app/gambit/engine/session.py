@@ -87,13 +87,16 @@ class Engine:
             return CostModel(k_max)
         return calibrate(self.target, self.draft_runtime, k_max)
 
-    def new_controller(self, mode: PolicyMode) -> GammaController:
+    def new_controller(self, mode: PolicyMode, fixed_gamma: int | None = None) -> GammaController:
         """A controller starting from this engine's calibration (and nothing learned)."""
         costs = self.costs.copy()
         if self.config.drafter == "lookup":
             costs.t_draft = 0.0  # a dictionary look-up: free next to a decode
         return GammaController(
-            costs, mode=mode, gamma_max=self.config.gamma_max, fixed_gamma=self.config.gamma
+            costs,
+            mode=mode,
+            gamma_max=self.config.gamma_max,
+            fixed_gamma=self.config.gamma if fixed_gamma is None else fixed_gamma,
         )
 
     def use_controller(self, controller: GammaController) -> None:

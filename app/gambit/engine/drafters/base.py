@@ -16,6 +16,9 @@ class Draft:
     # The proposal distribution of each token; None for a deterministic
     # drafter, whose proposals are point masses.
     q: list[Distribution] | None = None
+    # Tokens the drafter first had to decode to catch up with the context
+    # (after plain rounds, many; in steady speculation, one or two).
+    n_synced: int = 0
 
     def __len__(self) -> int:
         return len(self.tokens)

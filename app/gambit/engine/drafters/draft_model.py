@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
-from gambit.engine.runtime import ModelRuntime
+from gambit.engine.runtime import ModelRuntime, common_prefix_length
 from gambit.engine.sampling import Distribution, SamplingParams, process
 from gambit.errors import IncompatibleDraftError
 
@@ -54,6 +54,12 @@ class DraftModelDrafter:
     syncs it to the context (keeping the common prefix, so after a partial
     acceptance only the rejected tail is dropped and only the new tokens are
     decoded), then decodes its own proposals.
+
+    After a long stretch of plain decoding (speculation switched off, then a
+    probe), catching up on every skipped token would cost more than the probe
+    can win; beyond ``max_catch_up`` missing tokens the draft restarts on the
+    last ``window`` tokens of the context instead. Its proposals may then be a
+    little worse, never wrong: verification decides what is kept.
     """
 
     name = "draft model"
@@ -63,8 +69,13 @@ class DraftModelDrafter:
         runtime: ModelRuntime,
         p_min: float = 0.0,
         sampling: SamplingParams | None = None,
+        max_catch_up: int = 256,
+        window: int = 256,
     ) -> None:
         self.runtime = runtime
+        self.max_catch_up = max_catch_up
+        self.window = window
+        self._offset = 0  # context index of the draft cache's first token
         # The draft's own sampling settings. Default: the generation's, which
         # maximises acceptance; any other choice stays lossless (verification
         # corrects for whatever q the draft proposes from).
@@ -84,14 +95,14 @@ class DraftModelDrafter:
             return EMPTY_DRAFT
         rt = self.runtime
         sampling = self.sampling or sampling
-        room = rt.n_ctx - len(context)
-        n_max = min(n_max, room)
+        view = self._view(context)
+        n_max = min(n_max, rt.n_ctx - len(view))  # room left in the draft's cache
         if n_max <= 0:
             return EMPTY_DRAFT
-        rt.sync(context)
+        n_synced = rt.sync(view)
         tokens: list[int] = []
         q: list[Distribution] = []
-        recent = context[-sampling.repeat_last_n :] if sampling.repeat_penalty != 1.0 else []
+        recent = view[-sampling.repeat_last_n :] if sampling.repeat_penalty != 1.0 else []
         for i in range(n_max):
             row = rt.logits(-1)
             dist = process(row, sampling, recent + tokens if recent else ())
@@ -103,7 +114,20 @@ class DraftModelDrafter:
             if rt.is_eog(tok) or i == n_max - 1:
                 break
             rt.decode([tok])
-        return Draft(tuple(tokens), None if sampling.greedy else q)
+        return Draft(tuple(tokens), None if sampling.greedy else q, n_synced)
+
+    def _view(self, context: list[int]) -> list[int]:
+        """The part of the context the draft's cache should hold."""
+        rt = self.runtime
+        if self._offset >= len(context) or len(context) <= self.window:
+            self._offset = 0
+        view = context[self._offset :]
+        missing = len(view) - common_prefix_length(rt.kv_tokens, view)
+        if missing > self.max_catch_up and len(context) > self.window:
+            self._offset = len(context) - self.window
+            rt.clear()
+            view = context[self._offset :]
+        return view
 
     @staticmethod
     def _top_prob(row: np.ndarray, dist: Distribution, sampling: SamplingParams) -> float:
