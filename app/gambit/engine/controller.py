@@ -37,60 +37,93 @@ COST_WEIGHT = 0.1
 ACCEPT_WEIGHT = 0.15
 
 
-@dataclass
 class CostModel:
-    """Running estimates of t_target(k), k = 1..k_max, and of one draft step."""
+    """Running estimates of t_target(k), k = 1..k_max, and of one draft step.
 
-    k_max: int
-    t_target: np.ndarray = field(init=False)  # index k: seconds to verify k tokens
-    t_draft: float = 0.0  # seconds per drafted token (0 for prompt lookup)
-    _seen: np.ndarray = field(init=False)
+    Costs are kept as t1 = t_target(1) times a relative curve r(k) = t(k)/t1
+    (and the draft step as a ratio to t1 too). Plain rounds keep t1 current
+    as the context grows; speculative rounds refine r(k). Because the curve
+    is relative, a cost measured at one context length stays right at
+    another: while speculation is off, only t1 is observed, and every other
+    estimate moves with it instead of going stale.
+    """
 
-    def __post_init__(self) -> None:
-        self.t_target = np.zeros(self.k_max + 1)
-        self._seen = np.zeros(self.k_max + 1, dtype=bool)
+    def __init__(self, k_max: int) -> None:
+        self.k_max = k_max
+        self.t1 = 0.0
+        self.ratio = np.zeros(k_max + 1)  # index k: t_target(k) / t1
+        self._seen = np.zeros(k_max + 1, dtype=bool)
+        self.draft_ratio = 0.0  # one draft step / t1 (0 for prompt lookup)
 
     @property
     def calibrated(self) -> bool:
         return bool(self._seen[1])
 
+    @property
+    def t_draft(self) -> float:
+        """Seconds per drafted token."""
+        return self.draft_ratio * self.t1
+
+    @t_draft.setter
+    def t_draft(self, seconds: float) -> None:
+        self.draft_ratio = seconds / self.t1 if self.t1 > 0 else 0.0
+
+    @property
+    def t_target(self) -> np.ndarray:
+        """t_target(k) for k = 0..k_max (0 where never measured), for display."""
+        return np.where(self._seen, self.ratio * self.t1, 0.0)
+
     def copy(self) -> CostModel:
         other = CostModel(self.k_max)
-        other.t_target[:] = self.t_target
+        other.t1 = self.t1
+        other.ratio[:] = self.ratio
         other._seen[:] = self._seen
-        other.t_draft = self.t_draft
+        other.draft_ratio = self.draft_ratio
         return other
 
     def set_target(self, k: int, seconds: float) -> None:
-        if 1 <= k <= self.k_max:
-            self.t_target[k] = seconds
-            self._seen[k] = True
+        """Set t_target(k) outright (calibration: k = 1 first)."""
+        if not 1 <= k <= self.k_max or seconds <= 0:
+            return
+        if k == 1:
+            self.t1 = seconds
+            self.ratio[1] = 1.0
+        elif self.t1 > 0:
+            self.ratio[k] = seconds / self.t1
+        else:
+            return
+        self._seen[k] = True
 
     def observe_verify(self, k: int, seconds: float) -> None:
         if not 1 <= k <= self.k_max or seconds <= 0:
             return
-        if self._seen[k]:
-            self.t_target[k] += COST_WEIGHT * (seconds - self.t_target[k])
-        else:
+        if not self._seen[k] or (k > 1 and self.t1 <= 0):
             self.set_target(k, seconds)
+        elif k == 1:
+            self.t1 += COST_WEIGHT * (seconds - self.t1)
+        else:
+            self.ratio[k] += COST_WEIGHT * (seconds / self.t1 - self.ratio[k])
 
     def observe_draft(self, n_tokens: int, seconds: float) -> None:
-        if n_tokens <= 0 or seconds < 0:
+        if n_tokens <= 0 or seconds < 0 or self.t1 <= 0:
             return
-        per_token = seconds / n_tokens
-        self.t_draft += COST_WEIGHT * (per_token - self.t_draft) if self.t_draft else per_token
+        ratio = seconds / n_tokens / self.t1
+        if self.draft_ratio:
+            self.draft_ratio += COST_WEIGHT * (ratio - self.draft_ratio)
+        else:
+            self.draft_ratio = ratio
 
     def verify_cost(self, k: int) -> float:
         """t_target(k); unmeasured sizes are interpolated linearly from measured ones."""
-        if k <= self.k_max and self._seen[k]:
-            return float(self.t_target[k])
-        ks = np.flatnonzero(self._seen)
-        if len(ks) == 0:
+        if self.t1 <= 0:
             return float(k)  # nothing measured yet: assume a batch costs k tokens
+        if k <= self.k_max and self._seen[k]:
+            return float(self.ratio[k] * self.t1)
+        ks = np.flatnonzero(self._seen)
         last = int(ks[-1])
-        if len(ks) == 1 or k > last:  # beyond the measured range: proportional to k
-            return float(self.t_target[last]) * k / last
-        return float(np.interp(k, ks, self.t_target[ks]))
+        if k > last:  # beyond the measured range: proportional to k
+            return float(self.ratio[last] * self.t1) * k / last
+        return float(np.interp(k, ks, self.ratio[ks]) * self.t1)
 
 
 @dataclass
@@ -243,25 +276,31 @@ class GammaController:
         cost = gamma * self.costs.t_draft + self.costs.verify_cost(gamma + 1)
         return self.acceptance.expected_tokens(gamma) / cost if cost > 0 else 0.0
 
+    def _round_costs(self) -> np.ndarray:
+        """Cost of a round for γ = 0..γ_max: γ·t_draft + t_target(γ+1)."""
+        g = np.arange(self.gamma_max + 1)
+        verify = np.array([self.costs.verify_cost(k) for k in range(1, self.gamma_max + 2)])
+        costs: np.ndarray = g * self.costs.t_draft + verify
+        return costs
+
+    def _speedups(self, alpha: np.ndarray) -> np.ndarray:
+        """Expected speedup over plain decoding for γ = 1..γ_max, given α."""
+        costs = self._round_costs()
+        tokens = 1.0 + np.cumsum(np.cumprod(alpha))  # E[tokens | γ], γ = 1..γ_max
+        return (tokens / costs[1:]) * costs[0] if costs[0] > 0 else np.zeros(len(tokens))
+
     def ceiling_speedup(self) -> float:
         """The best expected speedup if every draft token were accepted."""
-        plain = self.expected_rate(0)
-        if plain <= 0:
-            return 0.0
-        best = 0.0
-        for g in range(1, self.gamma_max + 1):
-            cost = g * self.costs.t_draft + self.costs.verify_cost(g + 1)
-            best = max(best, (g + 1) / cost / plain)
-        return best
+        return float(self._speedups(np.ones(self.gamma_max)).max())
 
     def expected_speedup(self, gamma: int) -> float:
         plain = self.expected_rate(0)
         return self.expected_rate(gamma) / plain if plain > 0 else 0.0
 
     def _best(self) -> tuple[int, float]:
-        speedups = [self.expected_speedup(g) for g in range(1, self.gamma_max + 1)]
+        speedups = self._speedups(self.acceptance.alpha)
         best = int(np.argmax(speedups))
-        return best + 1, speedups[best]
+        return best + 1, float(speedups[best])
 
     def _decide(self) -> Decision:
         gamma, best = self._best()

@@ -156,6 +156,8 @@ class ModelRuntime:
         self.path = Path(path)
         self.options = options or RuntimeOptions()
         self.kv_tokens: list[int] = []
+        # Time spent inside llama.cpp (decode and the logits fetch, which
+        # synchronises with the backend): the rest of the wall time is ours.
         self.decode_seconds = 0.0
         self.decode_calls = 0
         self._piece_cache: dict[int, bytes] = {}
@@ -290,12 +292,16 @@ class ModelRuntime:
 
         Valid until the next decode; copy it if you need it longer.
         """
-        ptr = ll.llama_get_logits_ith(self._ctx, row)
+        t0 = time.perf_counter()
+        ptr = ll.llama_get_logits_ith(self._ctx, row)  # waits for the backend to finish
+        self.decode_seconds += time.perf_counter() - t0
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
 
     def logits_rows(self, n_rows: int) -> FloatRows:
         """All ``n_rows`` output rows of the last decode as one (n, vocab) view."""
-        ptr = ll.llama_get_logits(self._ctx)
+        t0 = time.perf_counter()
+        ptr = ll.llama_get_logits(self._ctx)  # waits for the backend to finish
+        self.decode_seconds += time.perf_counter() - t0
         return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
 
     def truncate(self, n_keep: int) -> None:
