@@ -1,0 +1,37 @@
+"""What the conversation store hands out: immutable snapshots of rows.
+
+Frozen so that a list shown in the UI cannot drift from the file by being
+edited in place; to change something, call the store and read it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSummary:
+    """One conversation as the sidebar shows it."""
+
+    id: int
+    title: str
+    created_at: float  # seconds since the epoch (time.time())
+    updated_at: float
+    n_messages: int
+    preview: str  # the latest non-system message, shortened to one line ("" if none)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    id: int
+    conversation_id: int
+    role: Role
+    content: str
+    # False: a reply that was stopped or cut off by closing the app, kept as far
+    # as it got; the UI marks it and may offer to continue or regenerate.
+    complete: bool
+    stats: dict[str, Any] | None  # generation statistics (JSON-compatible) or None
+    created_at: float

@@ -1,0 +1,1 @@
+"""Gambit's desktop user interface (PySide6)."""

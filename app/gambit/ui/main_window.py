@@ -1,0 +1,579 @@
+"""The main window: conversations, the chat, the input, the bet's statistics."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, TypeVar
+
+from PySide6.QtCore import QObject, QPoint, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gambit.engine.chat import Message
+from gambit.storage.conversations import ConversationStore
+from gambit.storage.settings import Settings, SettingsStore
+from gambit.ui.chat_view import ChatMessage, ChatView
+from gambit.ui.settings_dialog import SettingsDialog
+from gambit.ui.stats_panel import StatsPanel
+from gambit.worker import EngineInfo, ReplyDelta, ReplyResult, WorkerThread
+
+log = logging.getLogger(__name__)
+
+# Settings whose change needs the models reloaded.
+_ENGINE_FIELDS = (
+    "target_model", "drafter", "draft_model", "policy", "fixed_gamma", "gamma_max",
+    "threads", "gpu_layers_target", "gpu_layers_draft", "context_size", "exact_kernels",
+)  # fmt: skip
+
+
+class InputEdit(QPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line."""
+
+    submitted = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
+            event.modifiers() & Qt.KeyboardModifier.ShiftModifier
+        ):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class LatencyProbe:
+    """Measures how late the event loop serves a 20 ms timer: the longest
+    stretch the UI thread was blocked (the window's responsiveness)."""
+
+    INTERVAL_MS = 20
+
+    def __init__(self, parent: QWidget) -> None:
+        self.max_late_ms = 0.0
+        self._last = time.perf_counter()
+        self._timer = QTimer(parent)
+        self._timer.setInterval(self.INTERVAL_MS)
+        self._timer.timeout.connect(self._on_tick)
+        self._timer.start()
+
+    def reset(self) -> None:
+        self.max_late_ms = 0.0
+        self._last = time.perf_counter()
+
+    def _on_tick(self) -> None:
+        now = time.perf_counter()
+        late = (now - self._last) * 1000 - self.INTERVAL_MS
+        self.max_late_ms = max(self.max_late_ms, late)
+        self._last = now
+
+
+class MainWindow(QMainWindow):
+    request_load = Signal(object, object)  # EngineConfig | None, config factory
+    request_generate = Signal(object, object)  # list[Message], GenerationConfig
+
+    def __init__(
+        self,
+        settings_store: SettingsStore,
+        conversations: ConversationStore,
+        worker: WorkerThread | None = None,
+    ) -> None:
+        super().__init__()
+        self.setObjectName("mainWindow")
+        self.setWindowTitle("Gambit")
+        self.resize(1280, 820)
+        self.settings_store = settings_store
+        self.settings: Settings = settings_store.load()
+        self.store = conversations
+        self.worker_thread = worker or WorkerThread()
+        self.worker = self.worker_thread.worker
+        self.engine_info: EngineInfo | None = None
+        self.conversation_id: int | None = None
+        self.generating = False
+        self._reply_id: int | None = None
+        self._closing = False
+        self._build()
+        self._connect()
+        self.latency = LatencyProbe(self)
+        self._refresh_list()
+        if self.list.count():
+            self.list.setCurrentRow(0)
+        else:
+            self._new_conversation()
+        if settings_store.load_errors:
+            self._show_error("Some settings could not be read and were reset",
+                             "\n".join(settings_store.load_errors))  # fmt: skip
+
+    # ------------------------------------------------------------------ layout
+    def _build(self) -> None:
+        sidebar = _named(QWidget(), "sidebar")
+        side = QVBoxLayout(sidebar)
+        side.setContentsMargins(8, 8, 4, 8)
+        self.new_button = _named(QPushButton("New chat"), "newChatButton")
+        self.search = _named(QLineEdit(placeholderText="Search conversations"), "searchEdit")
+        self.search.setClearButtonEnabled(True)
+        self.list = _named(QListWidget(), "conversationList")
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        side.addWidget(self.new_button)
+        side.addWidget(self.search)
+        side.addWidget(self.list, 1)
+
+        centre = _named(QWidget(), "chatArea")
+        col = QVBoxLayout(centre)
+        col.setContentsMargins(4, 8, 8, 8)
+        self.chat = ChatView()
+        self.chat.highlight_drafted = self.settings.highlight_drafted
+        self.input = _named(InputEdit(), "inputEdit")
+        self.input.setPlaceholderText("Message Gambit — Enter to send, Shift+Enter for a new line")
+        self.input.setFixedHeight(96)
+        buttons = QHBoxLayout()
+        self.send_button = _named(QPushButton("Send"), "sendButton")
+        self.send_button.setDefault(True)
+        self.stop_button = _named(QPushButton("Stop"), "stopButton")
+        self.regen_button = _named(QPushButton("Regenerate"), "regenerateButton")
+        buttons.addStretch(1)
+        for b in (self.regen_button, self.stop_button, self.send_button):
+            buttons.addWidget(b)
+        col.addWidget(self.chat, 1)
+        col.addWidget(self.input)
+        col.addLayout(buttons)
+
+        splitter = _named(QSplitter(), "mainSplitter")
+        splitter.addWidget(sidebar)
+        splitter.addWidget(centre)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([260, 900])
+        self.setCentralWidget(splitter)
+
+        self.stats = StatsPanel(self)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.stats)
+        self.resizeDocks([self.stats], [420], Qt.Orientation.Horizontal)
+        self.stats.setVisible(self.settings.show_stats)
+
+        toolbar = _named(QToolBar("Main"), "mainToolbar")
+        toolbar.setMovable(False)
+        self.addToolBar(toolbar)
+        self.speculation_action = _named(QAction("Speculation", self), "speculationAction")
+        self.speculation_action.setCheckable(True)
+        self.speculation_action.setChecked(self.settings.speculation)
+        self.speculation_action.setToolTip("Speculative decoding on/off (takes effect at once)")
+        self.settings_action = _named(QAction("Settings…", self), "settingsAction")
+        self.settings_action.setShortcut(QKeySequence.StandardKey.Preferences)
+        stats_toggle = self.stats.toggleViewAction()
+        stats_toggle.setText("Statistics")
+        toolbar.addAction(self.speculation_action)
+        toolbar.addAction(stats_toggle)
+        toolbar.addSeparator()
+        toolbar.addAction(self.settings_action)
+
+        self.model_label = _named(QLabel("No model"), "modelLabel")
+        self.spec_label = _named(QLabel(""), "speculationLabel")
+        self.statusBar().addPermanentWidget(self.spec_label)
+        self.statusBar().addPermanentWidget(self.model_label)
+        self._repaint = QTimer(self)  # streaming text repaints on a timer, not per token
+        self._repaint.setInterval(50)
+        self._repaint.timeout.connect(self.chat.flush_reply)
+        self._repaint.start()
+        self._update_buttons()
+
+    def _connect(self) -> None:
+        w = self.worker
+        self.request_load.connect(w.load)
+        self.request_generate.connect(w.generate)
+        w.load_progress.connect(self._on_load_progress)
+        w.loaded.connect(self._on_loaded)
+        w.load_failed.connect(self._on_load_failed)
+        w.delta.connect(self._on_delta)
+        w.finished.connect(self._on_finished)
+        w.failed.connect(self._on_failed)
+        self.input.submitted.connect(self.send)
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(self.stop)
+        self.regen_button.clicked.connect(self.regenerate)
+        self.new_button.clicked.connect(self._new_conversation)
+        self.search.textChanged.connect(self._refresh_list)
+        self.list.currentItemChanged.connect(self._on_conversation_selected)
+        self.list.customContextMenuRequested.connect(self._on_list_menu)
+        self.speculation_action.toggled.connect(self._on_speculation_toggled)
+        self.settings_action.triggered.connect(self.open_settings)
+
+    # ------------------------------------------------------------------ engine
+    def load_engine(self) -> None:
+        s = self.settings
+        self.engine_info = None
+        self.worker.set_speculation(s.speculation)
+        self.model_label.setText("Loading…")
+        if s.target_model:
+            self.request_load.emit(s.engine_config(Path(s.target_model)), None)
+        else:
+            self.request_load.emit(None, s.engine_config)
+        self._update_buttons()
+
+    @Slot(str)
+    def _on_load_progress(self, text: str) -> None:
+        self.statusBar().showMessage(text)
+
+    @Slot(object)
+    def _on_loaded(self, info: EngineInfo) -> None:
+        self.engine_info = info
+        drafter = f" + {info.drafter_label}" if info.drafter_label else ""
+        if info.draft_name:
+            drafter += f" ({info.draft_name})"
+        self.model_label.setText(f"{info.target_name}{drafter}")
+        self.stats.set_backend(info.backend.summary)
+        self.statusBar().showMessage(f"Ready — loaded in {info.load_seconds:.1f} s", 5000)
+        self._update_speculation_label()
+        self._update_buttons()
+
+    @Slot(str)
+    def _on_load_failed(self, message: str) -> None:
+        self.engine_info = None
+        self.model_label.setText("No model loaded")
+        self.statusBar().showMessage("The model could not be loaded — see Settings", 10000)
+        self._show_error("The model could not be loaded", message)
+        self._update_buttons()
+
+    # ------------------------------------------------------------- chatting
+    @Slot()
+    def send(self) -> None:
+        text = self.input.toPlainText().strip()
+        if not text or self.generating:
+            return
+        if self.engine_info is None:
+            self.statusBar().showMessage("The model is not loaded yet.", 5000)
+            return
+        if self.conversation_id is None:
+            self._new_conversation()
+        assert self.conversation_id is not None
+        self.input.clear()
+        self.store.add_message(self.conversation_id, "user", text)
+        if self.store.get(self.conversation_id).title == "New chat":
+            self.store.rename(self.conversation_id, _title_from(text))
+        self.chat.append_message(ChatMessage("user", text))
+        self._start_reply()
+
+    def _start_reply(self) -> None:
+        assert self.conversation_id is not None
+        history = [
+            Message(m.role, m.content)
+            for m in self.store.messages(self.conversation_id)
+            if m.content or m.role != "assistant"
+        ]
+        if self.settings.system_prompt.strip():
+            history.insert(0, Message("system", self.settings.system_prompt.strip()))
+        self._reply_id = self.store.add_message(
+            self.conversation_id, "assistant", "", complete=False
+        )
+        self.chat.begin_reply()
+        self.stats.start_reply()
+        self.generating = True
+        self._update_buttons()
+        self.request_generate.emit(history, self.settings.generation_config())
+
+    @Slot()
+    def stop(self) -> None:
+        if self.generating:
+            self.worker.cancel()
+            self.statusBar().showMessage("Stopping…", 2000)
+
+    @Slot()
+    def regenerate(self) -> None:
+        if self.generating or self.conversation_id is None or self.engine_info is None:
+            return
+        messages = self.store.messages(self.conversation_id)
+        if not messages or messages[-1].role != "assistant":
+            return
+        self.store.delete_from(messages[-1].id)
+        self._show_conversation(self.conversation_id)
+        self._start_reply()
+
+    @Slot(object)
+    def _on_delta(self, delta: ReplyDelta) -> None:
+        self.chat.add_to_reply(delta.text, delta.drafted)
+        self.stats.set_snapshot(delta.snapshot)
+
+    @Slot(object)
+    def _on_finished(self, result: ReplyResult) -> None:
+        self._finish_reply(result, error=None)
+
+    @Slot(str, object)
+    def _on_failed(self, message: str, partial: ReplyResult | None) -> None:
+        self._finish_reply(partial, error=message)
+        if not self._closing:
+            self._show_error("The reply could not be completed", message)
+
+    def _finish_reply(self, result: ReplyResult | None, error: str | None) -> None:
+        streaming = self.chat.streaming
+        text = result.text if result else (streaming.text if streaming else "")
+        footer = _footer(result, error)
+        if self._reply_id is not None:
+            stats = _stats_dict(result, error)
+            complete = result is not None and error is None and not result.stopped_early
+            self.store.update_message(self._reply_id, text, complete, stats)
+        self.chat.end_reply(footer)
+        if result is not None:
+            self.stats.set_snapshot(result.snapshot)
+        self.generating = False
+        self._reply_id = None
+        self._update_buttons()
+        self._refresh_list(keep_selection=True)
+
+    # --------------------------------------------------------- conversations
+    def _refresh_list(self, *_: object, keep_selection: bool = True) -> None:
+        current = self.conversation_id
+        self.list.blockSignals(True)
+        self.list.clear()
+        for conv in self.store.list(self.search.text()):
+            item = QListWidgetItem(conv.title)
+            item.setData(Qt.ItemDataRole.UserRole, conv.id)
+            item.setToolTip(conv.preview or conv.title)
+            self.list.addItem(item)
+            if keep_selection and conv.id == current:
+                self.list.setCurrentItem(item)
+        self.list.blockSignals(False)
+
+    @Slot()
+    def _new_conversation(self) -> None:
+        if self.generating:
+            return
+        conv_id = self.store.create()
+        self.search.clear()
+        self.conversation_id = conv_id
+        self._refresh_list()
+        self._show_conversation(conv_id)
+        self.input.setFocus()
+
+    @Slot(object, object)
+    def _on_conversation_selected(self, item: QListWidgetItem | None, _prev: object) -> None:
+        if item is None or self.generating:
+            return
+        conv_id = int(item.data(Qt.ItemDataRole.UserRole))
+        if conv_id != self.conversation_id or not self.chat.messages:
+            self.conversation_id = conv_id
+            self._show_conversation(conv_id)
+
+    def _show_conversation(self, conv_id: int) -> None:
+        shown = []
+        for m in self.store.messages(conv_id):
+            footer = _footer_from_stats(m.stats) if m.role == "assistant" else ""
+            drafted = list(m.stats.get("drafted", [])) if m.stats else []
+            shown.append(ChatMessage(m.role, m.content, _expand(drafted, len(m.content)), footer))
+        self.chat.set_messages(shown)
+        self._update_buttons()
+
+    @Slot(QPoint)
+    def _on_list_menu(self, pos: QPoint) -> None:
+        item = self.list.itemAt(pos)
+        if item is None or self.generating:
+            return
+        conv_id = int(item.data(Qt.ItemDataRole.UserRole))
+        menu = QMenu(self)
+        rename = menu.addAction("Rename…")
+        delete = menu.addAction("Delete")
+        chosen = menu.exec(self.list.mapToGlobal(pos))
+        if chosen is rename:
+            self.rename_conversation(conv_id)
+        elif chosen is delete:
+            self.delete_conversation(conv_id)
+
+    def rename_conversation(self, conv_id: int, title: str | None = None) -> None:
+        if title is None:
+            old = self.store.get(conv_id).title
+            title, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=old)
+            if not ok:
+                return
+        if title.strip():
+            self.store.rename(conv_id, title.strip())
+            self._refresh_list()
+
+    def delete_conversation(self, conv_id: int) -> None:
+        self.store.delete(conv_id)
+        if conv_id == self.conversation_id:
+            self.conversation_id = None
+            self.chat.set_messages([])
+        self._refresh_list()
+        if self.conversation_id is None:
+            if self.list.count():
+                self.list.setCurrentRow(0)
+            else:
+                self._new_conversation()
+
+    # ------------------------------------------------------------- settings
+    @Slot(bool)
+    def _on_speculation_toggled(self, on: bool) -> None:
+        self.worker.set_speculation(on)  # the next round already follows it
+        self.settings = self.settings.with_(speculation=on)
+        self.settings_store.save(self.settings)
+        self._update_speculation_label()
+
+    @Slot()
+    def open_settings(self) -> None:
+        gpu = bool(self.engine_info and self.engine_info.backend.gpu_offload)
+        dialog = SettingsDialog(self.settings, self, gpu_offload=gpu)
+        if dialog.exec() != SettingsDialog.DialogCode.Accepted:
+            return
+        self.apply_settings(dialog.settings())
+
+    def apply_settings(self, new: Settings) -> None:
+        old = self.settings
+        self.settings = new
+        self.settings_store.save(new)
+        self.speculation_action.setChecked(new.speculation)
+        self.chat.set_highlight(new.highlight_drafted)
+        self.stats.setVisible(new.show_stats)
+        if any(getattr(old, f) != getattr(new, f) for f in _ENGINE_FIELDS) and not self.generating:
+            self.load_engine()
+        self._update_speculation_label()
+
+    # ---------------------------------------------------------------- helpers
+    def _update_buttons(self) -> None:
+        ready = self.engine_info is not None
+        self.send_button.setEnabled(ready and not self.generating)
+        self.stop_button.setEnabled(self.generating)
+        msgs = self.chat.messages
+        self.regen_button.setEnabled(
+            ready and not self.generating and bool(msgs) and msgs[-1].role == "assistant"
+        )
+        self.list.setEnabled(not self.generating)
+        self.new_button.setEnabled(not self.generating)
+
+    def _update_speculation_label(self) -> None:
+        info = self.engine_info
+        if info is None or info.drafter_label is None:
+            text = "Speculation: no drafter"
+        elif not self.speculation_action.isChecked():
+            text = "Speculation: off"
+        else:
+            text = f"Speculation: {info.drafter_label}, {self.settings.policy}"
+        self.spec_label.setText(text)
+
+    def _show_error(self, title: str, message: str) -> None:
+        box = QMessageBox(QMessageBox.Icon.Critical, title, message, parent=self)
+        box.setObjectName("errorDialog")
+        box.setWindowModality(Qt.WindowModality.WindowModal)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()  # not exec(): the window (and its event loop) carries on
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        self._closing = True
+        if self.generating and self._reply_id is not None:
+            # Save what has streamed so far before anything else can fail.
+            streaming = self.chat.streaming
+            partial = streaming.text if streaming else ""
+            self.store.update_message(self._reply_id, partial, False, {"stop": "window closed"})
+        self.worker_thread.stop()
+        self.store.close()
+        super().closeEvent(event)
+
+
+_W = TypeVar("_W", bound=QObject)
+
+
+def _named(obj: _W, name: str) -> _W:
+    """Give a widget the objectName that tests and style sheets find it by."""
+    obj.setObjectName(name)
+    return obj
+
+
+def _title_from(text: str) -> str:
+    words = " ".join(text.split())
+    return words if len(words) <= 48 else words[:47].rstrip() + "…"
+
+
+def _footer(result: ReplyResult | None, error: str | None) -> str:
+    if result is None:
+        return f"error: {error}" if error else ""
+    s = result.snapshot
+    parts = [f"{s.n_tokens} tokens", f"{s.tokens_per_s_total:.1f} tok/s"]
+    if result.speculation and s.n_drafted:
+        parts.append(f"accepted {s.n_accepted}/{s.n_drafted} ({s.acceptance_rate:.0%})")
+    if s.baseline_tokens_per_s and s.tokens_per_s_total:
+        parts.append(f"{s.tokens_per_s_total / s.baseline_tokens_per_s:.2f}× vs plain")
+    if error:
+        parts.append(f"error: {error}")
+    elif result.stopped_early:
+        parts.append("stopped")
+    return " · ".join(parts)
+
+
+def _stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
+    if result is None:
+        return {"stop": "error", "error": error}
+    s = result.snapshot
+    return {
+        "stop": "error" if error else result.stop,
+        "error": error,
+        "tokens": s.n_tokens,
+        "tokens_per_s": s.tokens_per_s_total,
+        "baseline_tokens_per_s": s.baseline_tokens_per_s,
+        "drafted_tokens": s.n_drafted,
+        "accepted_tokens": s.n_accepted,
+        "acceptance_rate": s.acceptance_rate,
+        "ttft_ms": s.ttft_ms,
+        "p99_ms": s.p99_ms,
+        "speculation": result.speculation,
+        # run-length encoded per-character drafted flags, to redraw the highlight
+        "drafted": _run_lengths(result.drafted),
+    }
+
+
+def _run_lengths(flags: tuple[bool, ...]) -> list[int]:
+    """[n_false, n_true, n_false, ...] — compact enough to store per message."""
+    runs: list[int] = []
+    current, count = False, 0
+    for f in flags:
+        if f == current:
+            count += 1
+        else:
+            runs.append(count)
+            current, count = f, 1
+    runs.append(count)
+    return runs
+
+
+def _expand(runs: list[int], length: int) -> list[bool]:
+    flags: list[bool] = []
+    value = False
+    for n in runs:
+        flags.extend([value] * int(n))
+        value = not value
+    return (flags + [False] * length)[:length]
+
+
+def _footer_from_stats(stats: dict[str, Any] | None) -> str:
+    if not stats:
+        return ""
+    parts = []
+    if stats.get("tokens") is not None:
+        parts.append(f"{stats['tokens']} tokens")
+    if stats.get("tokens_per_s"):
+        parts.append(f"{stats['tokens_per_s']:.1f} tok/s")
+    if stats.get("speculation") and stats.get("drafted_tokens"):
+        parts.append(
+            f"accepted {stats['accepted_tokens']}/{stats['drafted_tokens']} "
+            f"({stats['acceptance_rate']:.0%})"
+        )
+    base = stats.get("baseline_tokens_per_s")
+    if base and stats.get("tokens_per_s"):
+        parts.append(f"{stats['tokens_per_s'] / base:.2f}× vs plain")
+    stop = stats.get("stop")
+    if stop in ("cancelled", "window closed"):
+        parts.append("stopped" if stop == "cancelled" else "interrupted")
+    if stats.get("error"):
+        parts.append(f"error: {stats['error']}")
+    return " · ".join(parts)

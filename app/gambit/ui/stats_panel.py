@@ -1,0 +1,598 @@
+"""The live statistics panel: is the speculative bet paying off, right now?
+
+``StatsPanel`` is a dock showing one reply's ``MetricsSnapshot`` as counters
+and three small charts. Snapshots can arrive once per decoding round (many
+per second); ``set_snapshot`` only stores the latest one, and a 100 ms timer
+repaints when something new arrived, so a burst of snapshots costs one
+repaint. Call it from the GUI thread (connect the engine's signal queued).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+from PySide6.QtCharts import (
+    QAbstractBarSeries,
+    QBarCategoryAxis,
+    QBarSeries,
+    QBarSet,
+    QChart,
+    QChartView,
+    QLegend,
+    QLineSeries,
+    QValueAxis,
+)
+from PySide6.QtCore import QEvent, QMargins, QPointF, Qt, QTimer
+from PySide6.QtGui import QBrush, QFont, QPainter, QPalette, QPen
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFrame,
+    QGridLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
+from gambit.ui import theme
+from gambit.ui.theme import Tone
+
+REPAINT_INTERVAL_MS: Final = 100
+MAX_POINTS: Final = 200  # samples kept per time chart
+CHART_HEIGHT: Final = 160
+SPEEDUP_GOOD: Final = 1.05  # at or above: the bet pays (green)
+SPEEDUP_BAD: Final = 0.97  # below: the bet loses (red); in between: amber
+PLACEHOLDER: Final = "—"
+
+_WINDOW = MetricsTracker.WINDOW
+
+TOOLTIPS: Final[dict[str, str]] = {
+    "speedupValue": "Rolling tokens/s of this reply over the baseline: above 1× the bet pays.",
+    "tokensPerSecondValue": f"Reply tokens per second over the last {_WINDOW} rounds.",
+    "baselineValue": (
+        "Plain decoding's rate measured on this machine for this model at about this "
+        "context length (1 / t_target(1))."
+    ),
+    "acceptedValue": "Draft tokens the target model accepted / draft tokens proposed, this reply.",
+    "acceptanceValue": "Accepted draft tokens / drafted tokens over the whole reply.",
+    "acceptanceRollingValue": (
+        f"Accepted draft tokens / drafted tokens over the last {_WINDOW} rounds."
+    ),
+    "gammaValue": (
+        "γ: draft tokens proposed per round by the controller; 0 means speculation is off."
+    ),
+    "gammaReasonValue": (
+        "Why the controller chose this γ: the expected speedup over plain decoding, "
+        "from measured costs and acceptance."
+    ),
+    "ttftValue": (
+        "Time to first token: from the request to the first visible token, prompt included."
+    ),
+    "p50Value": "Median time between consecutive reply tokens as the reader sees them.",
+    "p99Value": (
+        "99th percentile of the time between consecutive reply tokens; tokens that arrive "
+        "together count as one gap followed by gaps of 0."
+    ),
+}
+
+CHART_TOOLTIPS: Final[dict[str, str]] = {
+    "tokensPerSecondChart": "Rolling tokens/s over the reply's elapsed seconds; dashed: baseline.",
+    "gammaChart": "The controller's γ over the reply's elapsed seconds (0: speculation off).",
+    "acceptanceChart": (
+        "α_i: the share of draft tokens accepted at position i, given that the ones "
+        "before it were accepted, in this reply."
+    ),
+}
+
+
+# -- formatting -------------------------------------------------------------------------
+
+
+def speedup_tone(speedup: float) -> Tone:
+    """Green from 1.05×, amber from 0.97× up to 1.05×, red below."""
+    if speedup >= SPEEDUP_GOOD:
+        return "good"
+    if speedup >= SPEEDUP_BAD:
+        return "warn"
+    return "bad"
+
+
+def format_rate(tokens_per_s: float) -> str:
+    return f"{tokens_per_s:.0f} tok/s" if tokens_per_s >= 100 else f"{tokens_per_s:.1f} tok/s"
+
+
+def format_ms(ms: float) -> str:
+    return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.1f} ms"
+
+
+def format_percent(fraction: float) -> str:
+    return f"{fraction * 100:.0f}%"
+
+
+def format_speedup(speedup: float) -> str:
+    return f"{speedup:.2f}×"
+
+
+def nice_step(raw: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 × 10^k that is at least ``raw`` (> 0)."""
+    if raw <= 0 or not math.isfinite(raw):
+        return 1.0
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
+        if m * magnitude >= raw * (1 - 1e-9):
+            return m * magnitude
+    return 10.0 * magnitude  # pragma: no cover - the loop always returns
+
+
+def _decimals(step: float) -> int:
+    """Decimals needed to print multiples of ``step`` exactly."""
+    for d in range(4):
+        if abs(step * 10**d - round(step * 10**d)) < 1e-6:
+            return d
+    return 3
+
+
+# -- pieces -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    t: float
+    tokens_per_s: float
+    baseline: float
+    gamma: int
+
+
+class _ChartCard:
+    """A compact chart on a rounded card: antialiased, no animation, small fonts."""
+
+    def __init__(self, object_name: str, font: QFont) -> None:
+        self.chart = QChart()
+        self.chart.setMargins(QMargins(2, 6, 8, 2))
+        self.chart.setBackgroundRoundness(6)
+        self.chart.setAnimationOptions(QChart.AnimationOption.NoAnimation)
+        self.chart.legend().setVisible(False)
+        layout = self.chart.layout()
+        if layout is not None:
+            layout.setContentsMargins(0, 0, 0, 0)
+        self.font = font
+        self.view = QChartView(self.chart)
+        self.view.setObjectName(object_name)
+        self.view.setToolTip(CHART_TOOLTIPS[object_name])
+        self.view.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.view.setFrameShape(QFrame.Shape.NoFrame)
+        self.view.setFixedHeight(CHART_HEIGHT)
+        self.view.setMinimumWidth(220)
+        self.view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.view.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+    def value_axis(self, alignment: Qt.AlignmentFlag) -> QValueAxis:
+        axis = QValueAxis()
+        axis.setTickType(QValueAxis.TickType.TicksDynamic)
+        axis.setTickAnchor(0.0)
+        axis.setMinorTickCount(0)
+        axis.setLabelsFont(self.font)
+        self.chart.addAxis(axis, alignment)
+        return axis
+
+    def apply_palette(self, palette: QPalette) -> None:
+        base = palette.color(QPalette.ColorRole.Base)
+        self.view.setBackgroundBrush(QBrush(palette.color(QPalette.ColorRole.Window)))
+        self.chart.setBackgroundBrush(QBrush(base))
+        self.chart.setBackgroundPen(QPen(theme.faint(palette), 1))
+        self.chart.setPlotAreaBackgroundVisible(False)
+        label = theme.muted(palette)
+        grid = theme.faint(palette)
+        for axis in self.chart.axes():
+            axis.setLabelsColor(label)
+            axis.setGridLineColor(grid)
+            axis.setLinePenColor(grid)
+        self.chart.legend().setLabelColor(palette.color(QPalette.ColorRole.Text))
+
+
+def _steps(samples: deque[_Sample]) -> list[QPointF]:
+    """γ as a step line: the start, a vertical jump at each change, and the end."""
+    points: list[QPointF] = []
+    previous: int | None = None
+    for s in samples:
+        if previous is None:
+            points.append(QPointF(s.t, s.gamma))
+        elif s.gamma != previous:
+            points.append(QPointF(s.t, previous))  # the old γ held until now
+            points.append(QPointF(s.t, s.gamma))
+        previous = s.gamma
+    if samples and points[-1].x() != samples[-1].t:
+        points.append(QPointF(samples[-1].t, samples[-1].gamma))
+    return points
+
+
+def _set_range(axis: QValueAxis, low: float, high: float, step: float) -> None:
+    axis.setRange(low, high)
+    axis.setTickInterval(step)
+    axis.setLabelFormat(f"%.{_decimals(step)}f")
+
+
+# -- the panel --------------------------------------------------------------------------
+
+
+class StatsPanel(QDockWidget):
+    """Dock widget with the live figures of the current reply.
+
+    Public API: ``set_snapshot``, ``start_reply``, ``set_backend`` and
+    ``repaint_count`` (how many times the timer repainted, for tests and
+    profiling). Counter labels carry object names (``speedupValue``, ...).
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Speculation", parent)
+        self.setObjectName("statsPanel")
+        self.setAllowedAreas(
+            Qt.DockWidgetArea.LeftDockWidgetArea | Qt.DockWidgetArea.RightDockWidgetArea
+        )
+        self.repaint_count = 0
+        self._snapshot: MetricsSnapshot | None = None
+        self._dirty = False
+        self._samples: deque[_Sample] = deque(maxlen=MAX_POINTS)
+        self._n_positions = 0
+        self._tones: dict[QLabel, Tone] = {}
+
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(REPAINT_INTERVAL_MS)
+        self._timer.timeout.connect(self._on_repaint_timer)
+
+        self._values: dict[str, QLabel] = {}
+        self._captions: list[QLabel] = []
+        self._headings: list[QLabel] = []
+        self._build()
+        self._ready = True
+        self._apply_palette()
+        self._reset()
+
+    # -- public API
+    @property
+    def snapshot(self) -> MetricsSnapshot | None:
+        """The latest snapshot received (shown at the next repaint)."""
+        return self._snapshot
+
+    def set_snapshot(self, snapshot: MetricsSnapshot) -> None:
+        """Store ``snapshot`` for the next repaint; cheap enough to call per token."""
+        self._snapshot = snapshot
+        self._dirty = True
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def start_reply(self) -> None:
+        """Forget the previous reply: clear the charts and the counters."""
+        self._timer.stop()
+        self._snapshot = None
+        self._dirty = False
+        self._reset()
+
+    def set_backend(self, text: str) -> None:
+        """Show where the models run, e.g. ``"CPU · 2 threads · AVX2"``; empty hides it."""
+        self._backend.setText(text)
+        self._backend.setToolTip(f"Backend: {text}" if text else "")
+        self._backend.setVisible(bool(text))
+
+    def value_label(self, name: str) -> QLabel:
+        """The counter label called ``name`` (e.g. ``"speedupValue"``)."""
+        return self._values[name]
+
+    # -- repainting
+    def _on_repaint_timer(self) -> None:
+        snap = self._snapshot
+        if not self._dirty or snap is None:
+            return
+        self._dirty = False
+        self.repaint_count += 1
+        self._add_sample(snap)
+        self._show_counters(snap)
+        self._update_time_charts()
+        self._update_acceptance_chart(snap.acceptance_by_position)
+
+    def _add_sample(self, snap: MetricsSnapshot) -> None:
+        sample = _Sample(snap.elapsed_s, snap.tokens_per_s, snap.baseline_tokens_per_s, snap.gamma)
+        if self._samples:
+            last = self._samples[-1].t
+            if sample.t < last:  # a new reply started without start_reply()
+                self._samples.clear()
+            elif sample.t == last:
+                self._samples.pop()
+        self._samples.append(sample)
+
+    def _show_counters(self, s: MetricsSnapshot) -> None:
+        v = self._values
+        v["acceptedValue"].setText(f"{s.n_accepted:,} / {s.n_drafted:,}")
+        if s.n_drafted:
+            v["acceptanceValue"].setText(format_percent(s.acceptance_rate))
+            recent = s.gamma > 0 or s.acceptance_rate_rolling > 0
+            v["acceptanceRollingValue"].setText(
+                format_percent(s.acceptance_rate_rolling) if recent else PLACEHOLDER
+            )
+        else:
+            v["acceptanceValue"].setText(PLACEHOLDER)
+            v["acceptanceRollingValue"].setText(PLACEHOLDER)
+        v["gammaValue"].setText(str(s.gamma))
+        v["gammaReasonValue"].setText(s.gamma_reason or PLACEHOLDER)
+        rate = format_rate(s.tokens_per_s) if s.n_tokens else PLACEHOLDER
+        v["tokensPerSecondValue"].setText(rate)
+        baseline = s.baseline_tokens_per_s
+        v["baselineValue"].setText(format_rate(baseline) if baseline > 0 else PLACEHOLDER)
+        if baseline > 0 and s.n_tokens:
+            v["speedupValue"].setText(format_speedup(s.speedup))
+            self._set_tone(v["speedupValue"], speedup_tone(s.speedup))
+        else:
+            v["speedupValue"].setText(PLACEHOLDER)
+            self._set_tone(v["speedupValue"], "neutral")
+        v["ttftValue"].setText(format_ms(s.ttft_ms) if s.n_tokens else PLACEHOLDER)
+        has_gaps = s.n_tokens > 1
+        v["p50Value"].setText(format_ms(s.p50_ms) if has_gaps else PLACEHOLDER)
+        v["p99Value"].setText(format_ms(s.p99_ms) if has_gaps else PLACEHOLDER)
+
+    def _update_time_charts(self) -> None:
+        samples = self._samples
+        self._tps_series.replace([QPointF(s.t, s.tokens_per_s) for s in samples])
+        self._baseline_series.replace([QPointF(s.t, s.baseline) for s in samples if s.baseline > 0])
+        self._gamma_series.replace(_steps(samples))
+        if not samples:
+            self._reset_axes()
+            return
+
+        x0, x1 = samples[0].t, samples[-1].t
+        x1 = max(x1, x0 + 1.0)
+        step = nice_step((x1 - x0) / 4)
+        for axis in (self._tps_x, self._gamma_x):
+            _set_range(axis, x0, x1, step)
+
+        top = max(max(max(s.tokens_per_s, s.baseline) for s in samples), 1.0) * 1.1
+        step = nice_step(top / 4)
+        _set_range(self._tps_y, 0.0, step * math.ceil(top / step), step)
+
+        g_top = max(max(s.gamma for s in samples), 1) + 1
+        self._gamma_y.setRange(-0.25, g_top + 0.25)  # keeps γ = 0 clear of the axis line
+        self._gamma_y.setTickInterval(1.0 if g_top <= 6 else 2.0)
+
+    def _update_acceptance_chart(self, alphas: tuple[float, ...]) -> None:
+        values = [round(a * 100) for a in alphas]
+        bars = self._acceptance_set
+        if len(values) != self._n_positions:
+            bars.remove(0, bars.count())
+            bars.append([float(x) for x in values])
+            self._positions_axis.setCategories([str(i) for i in range(1, len(values) + 1)])
+            self._n_positions = len(values)
+        else:
+            for i, x in enumerate(values):
+                if bars.at(i) != x:
+                    bars.replace(i, float(x))
+
+    def _reset(self) -> None:
+        self._samples.clear()
+        self._update_time_charts()
+        self._acceptance_set.remove(0, self._acceptance_set.count())
+        self._positions_axis.clear()
+        self._positions_axis.setCategories(["1"])
+        self._n_positions = 0
+        for label in self._values.values():
+            label.setText(PLACEHOLDER)
+        self._set_tone(self._values["speedupValue"], "neutral")
+
+    def _reset_axes(self) -> None:
+        for axis in (self._tps_x, self._gamma_x):
+            _set_range(axis, 0.0, 10.0, 2.5)
+        _set_range(self._tps_y, 0.0, 40.0, 10.0)
+        self._gamma_y.setRange(-0.25, 4.25)
+        self._gamma_y.setTickInterval(1.0)
+
+    # -- look
+    def _set_tone(self, label: QLabel, tone: Tone) -> None:
+        label.setProperty("tone", tone)
+        if self._tones.get(label) == tone:
+            return
+        self._tones[label] = tone
+        palette = label.palette()
+        palette.setColor(QPalette.ColorRole.WindowText, theme.tone_colour(tone, self.palette()))
+        label.setPalette(palette)
+
+    def _apply_palette(self) -> None:
+        palette = self.palette()
+        muted = theme.muted(palette)
+        for label in [*self._captions, *self._headings, self._backend]:
+            p = label.palette()
+            p.setColor(QPalette.ColorRole.WindowText, muted)
+            label.setPalette(p)
+        for card in self._cards:
+            card.apply_palette(palette)
+        self._tps_series.setPen(QPen(theme.pick(theme.ACCENT, palette), 2.0))
+        dashed = QPen(muted, 1.5, Qt.PenStyle.DashLine)
+        self._baseline_series.setPen(dashed)
+        self._gamma_series.setPen(QPen(theme.pick(theme.VIOLET, palette), 2.0))
+        teal = theme.pick(theme.TEAL, palette)
+        self._acceptance_set.setColor(teal)
+        self._acceptance_set.setBorderColor(teal)
+        self._acceptance_set.setLabelColor(palette.color(QPalette.ColorRole.Base))
+        for label, tone in list(self._tones.items()):
+            del self._tones[label]
+            self._set_tone(label, tone)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if not getattr(self, "_ready", False):
+            return  # still under construction
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            self._apply_palette()
+
+    # -- construction
+    def _build(self) -> None:
+        base = self.font()
+        size = base.pointSizeF() if base.pointSizeF() > 0 else 10.0
+        self._value_font = QFont(base)
+        self._value_font.setPointSizeF(size * 1.2)
+        self._value_font.setWeight(QFont.Weight.DemiBold)
+        self._reason_font = QFont(base)
+        self._reason_font.setWeight(QFont.Weight.Medium)
+        self._caption_font = QFont(base)
+        self._caption_font.setPointSizeF(size * 0.85)
+        self._heading_font = QFont(base)
+        self._heading_font.setPointSizeF(size * 0.8)
+        self._heading_font.setWeight(QFont.Weight.Bold)
+        self._heading_font.setCapitalization(QFont.Capitalization.AllUppercase)
+        self._heading_font.setLetterSpacing(QFont.SpacingType.PercentageSpacing, 110)
+        self._chart_font = QFont(base)
+        self._chart_font.setPointSizeF(size * 0.75)
+
+        content = QWidget()
+        content.setObjectName("statsContent")
+        layout = QVBoxLayout(content)
+        layout.setContentsMargins(14, 8, 14, 14)
+        layout.setSpacing(6)
+
+        self._backend = QLabel()
+        self._backend.setObjectName("backendValue")
+        self._backend.setFont(self._caption_font)
+        self._backend.setVisible(False)
+        layout.addWidget(self._backend)
+
+        layout.addWidget(self._heading("Speed"))
+        grid = self._grid(layout)
+        self._tile(grid, 0, 0, "Speedup", "speedupValue")
+        self._tile(grid, 0, 1, "Tokens/s", "tokensPerSecondValue")
+        self._tile(grid, 0, 2, "Baseline", "baselineValue")
+        self._cards: list[_ChartCard] = []
+        layout.addWidget(self._chart_caption("Tokens/s over time"))
+        layout.addWidget(self._build_tps_chart())
+
+        layout.addWidget(self._heading("Drafting"))
+        grid = self._grid(layout)
+        self._tile(grid, 0, 0, "Accepted / drafted", "acceptedValue")
+        self._tile(grid, 0, 1, "Acceptance", "acceptanceValue")
+        self._tile(grid, 0, 2, f"Last {_WINDOW} rounds", "acceptanceRollingValue")
+        self._tile(grid, 2, 0, "γ (draft length)", "gammaValue")
+        self._tile(grid, 2, 1, "Controller", "gammaReasonValue", span=2)
+        reason = self._values["gammaReasonValue"]
+        reason.setFont(self._reason_font)
+        reason.setWordWrap(True)
+        layout.addWidget(self._chart_caption("γ over time"))
+        layout.addWidget(self._build_gamma_chart())
+        layout.addWidget(self._chart_caption("Acceptance by draft position"))
+        layout.addWidget(self._build_acceptance_chart())
+
+        layout.addWidget(self._heading("Latency"))
+        grid = self._grid(layout)
+        self._tile(grid, 0, 0, "First token", "ttftValue")
+        self._tile(grid, 0, 1, "p50 token gap", "p50Value")
+        self._tile(grid, 0, 2, "p99 token gap", "p99Value")
+        layout.addStretch(1)
+
+        scroll = QScrollArea()
+        scroll.setObjectName("statsScroll")
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        scroll.setWidget(content)
+        content.setMinimumWidth(280)
+        self.setWidget(scroll)
+
+    def _heading(self, text: str) -> QLabel:
+        label = QLabel(text)
+        label.setFont(self._heading_font)
+        label.setContentsMargins(0, 10, 0, 0)
+        self._headings.append(label)
+        return label
+
+    def _chart_caption(self, text: str) -> QLabel:
+        label = QLabel(text)
+        label.setFont(self._caption_font)
+        label.setContentsMargins(0, 6, 0, 0)
+        self._captions.append(label)
+        return label
+
+    def _grid(self, layout: QVBoxLayout) -> QGridLayout:
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(16)
+        grid.setVerticalSpacing(0)
+        for column in range(3):
+            grid.setColumnStretch(column, 1)
+        layout.addLayout(grid)
+        return grid
+
+    def _tile(
+        self, grid: QGridLayout, row: int, column: int, caption: str, name: str, span: int = 1
+    ) -> None:
+        tip = TOOLTIPS[name]
+        title = QLabel(caption)
+        title.setFont(self._caption_font)
+        title.setToolTip(tip)
+        self._captions.append(title)
+        value = QLabel(PLACEHOLDER)
+        value.setObjectName(name)
+        value.setFont(self._value_font)
+        value.setToolTip(tip)
+        value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        value.setContentsMargins(0, 0, 0, 6)
+        grid.addWidget(title, row, column, 1, span)
+        grid.addWidget(value, row + 1, column, 1, span)
+        self._values[name] = value
+
+    def _build_tps_chart(self) -> QChartView:
+        card = _ChartCard("tokensPerSecondChart", self._chart_font)
+        self._tps_series = QLineSeries()
+        self._tps_series.setName("tokens/s")
+        self._baseline_series = QLineSeries()
+        self._baseline_series.setName("baseline")
+        card.chart.addSeries(self._tps_series)
+        card.chart.addSeries(self._baseline_series)
+        self._tps_x = card.value_axis(Qt.AlignmentFlag.AlignBottom)
+        self._tps_y = card.value_axis(Qt.AlignmentFlag.AlignLeft)
+        for series in (self._tps_series, self._baseline_series):
+            series.attachAxis(self._tps_x)
+            series.attachAxis(self._tps_y)
+        legend = card.chart.legend()
+        legend.setVisible(True)
+        legend.setFont(self._chart_font)
+        legend.setAlignment(Qt.AlignmentFlag.AlignTop)
+        legend.setMarkerShape(QLegend.MarkerShape.MarkerShapeFromSeries)
+        self._cards.append(card)
+        return card.view
+
+    def _build_gamma_chart(self) -> QChartView:
+        card = _ChartCard("gammaChart", self._chart_font)
+        self._gamma_series = QLineSeries()
+        self._gamma_series.setName("γ")
+        card.chart.addSeries(self._gamma_series)
+        self._gamma_x = card.value_axis(Qt.AlignmentFlag.AlignBottom)
+        self._gamma_y = card.value_axis(Qt.AlignmentFlag.AlignLeft)
+        self._gamma_y.setLabelFormat("%d")
+        self._gamma_series.attachAxis(self._gamma_x)
+        self._gamma_series.attachAxis(self._gamma_y)
+        self._cards.append(card)
+        return card.view
+
+    def _build_acceptance_chart(self) -> QChartView:
+        card = _ChartCard("acceptanceChart", self._chart_font)
+        self._acceptance_set = QBarSet("acceptance")
+        self._acceptance_series = QBarSeries()
+        self._acceptance_series.append(self._acceptance_set)
+        self._acceptance_series.setBarWidth(0.6)
+        self._acceptance_series.setLabelsVisible(True)
+        self._acceptance_series.setLabelsFormat("@value%")
+        self._acceptance_series.setLabelsPosition(QAbstractBarSeries.LabelsPosition.LabelsInsideEnd)
+        self._acceptance_set.setLabelFont(self._chart_font)
+        card.chart.addSeries(self._acceptance_series)
+        self._positions_axis = QBarCategoryAxis()
+        self._positions_axis.setLabelsFont(self._chart_font)
+        self._positions_axis.setGridLineVisible(False)
+        card.chart.addAxis(self._positions_axis, Qt.AlignmentFlag.AlignBottom)
+        self._acceptance_series.attachAxis(self._positions_axis)
+        percent = card.value_axis(Qt.AlignmentFlag.AlignLeft)
+        _set_range(percent, 0.0, 100.0, 25.0)
+        percent.setLabelFormat("%d%%")
+        self._acceptance_series.attachAxis(percent)
+        self._cards.append(card)
+        return card.view

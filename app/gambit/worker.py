@@ -1,0 +1,227 @@
+"""The only bridge between the window and the engine.
+
+``EngineWorker`` lives on one long-lived ``QThread`` and owns every llama.cpp
+object; all llama calls happen there (llama.cpp releases the GIL inside its
+native calls, so the window stays live). Requests arrive as queued signals;
+results leave as frozen dataclasses. ``cancel`` and ``set_speculation`` are
+called directly from the UI thread: they only set a ``threading.Event`` or a
+bool that the round loop reads between rounds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from gambit.engine.backend import BackendInfo, detect_backend
+from gambit.engine.chat import Message
+from gambit.engine.decoder import GenerationConfig, StopReason
+from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
+from gambit.engine.session import Engine, EngineConfig
+from gambit.errors import GambitError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    target_name: str
+    draft_name: str | None
+    drafter: str  # "none" | "draft" | "lookup"
+    drafter_label: str | None  # "draft model", "prompt lookup"
+    n_ctx: int
+    backend: BackendInfo
+    load_seconds: float
+
+
+@dataclass(frozen=True)
+class ReplyDelta:
+    """New text of the streaming reply since the last delta, with per-character
+    flags: True where the character came from an accepted draft token."""
+
+    text: str
+    drafted: tuple[bool, ...]
+    snapshot: MetricsSnapshot
+
+
+@dataclass(frozen=True)
+class ReplyResult:
+    text: str
+    drafted: tuple[bool, ...]
+    stop: str
+    snapshot: MetricsSnapshot
+    speculation: bool
+
+    @property
+    def stopped_early(self) -> bool:
+        return self.stop == StopReason.CANCELLED.value
+
+
+class EngineWorker(QObject):
+    load_progress = Signal(str)
+    loaded = Signal(object)  # EngineInfo
+    load_failed = Signal(str)
+    delta = Signal(object)  # ReplyDelta
+    finished = Signal(object)  # ReplyResult
+    failed = Signal(str, object)  # message, partial ReplyResult
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._engine: Engine | None = None
+        self._cancel = threading.Event()
+        self._speculation = True
+
+    # ---- called from the UI thread (thread-safe by construction)
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def set_speculation(self, enabled: bool) -> None:
+        """Takes effect at the next round, mid-reply included."""
+        self._speculation = enabled
+        engine = self._engine
+        if engine is not None:
+            engine.decoder.speculation_enabled = enabled
+
+    # ---- slots, run on the worker thread
+    @Slot(object, object)
+    def load(self, config: EngineConfig | None, make_config: object) -> None:
+        """Load ``config``; with None, provision the default model and call
+        ``make_config(path)`` to build the config around it."""
+        t0 = time.perf_counter()
+        self._close_engine()
+        try:
+            if config is None:
+                from gambit.models.default_model import default_model_path
+
+                def progress(stage: str, done: int, total: int) -> None:
+                    pct = int(100 * done / total) if total else 100
+                    self.load_progress.emit(f"Preparing the default model: {stage} {pct}%")
+
+                path = default_model_path(progress=progress)
+                assert callable(make_config)
+                config = make_config(path)
+            assert config is not None
+            self.load_progress.emit(f"Loading {config.target.name}…")
+            engine = Engine(config)
+            engine.decoder.speculation_enabled = self._speculation
+            self._engine = engine
+            info = EngineInfo(
+                target_name=config.target.name,
+                draft_name=config.draft.name if config.draft else None,
+                drafter=config.drafter,
+                drafter_label=engine.drafter.name if engine.drafter else None,
+                n_ctx=engine.target.n_ctx,
+                backend=detect_backend(),
+                load_seconds=time.perf_counter() - t0,
+            )
+            self.loaded.emit(info)
+        except GambitError as exc:
+            self.load_failed.emit(str(exc))
+        except Exception as exc:
+            log.exception("loading failed")
+            self.load_failed.emit(f"Unexpected error while loading: {exc!r}")
+
+    @Slot(object, object)
+    def generate(self, messages: list[Message], config: GenerationConfig) -> None:
+        engine = self._engine
+        tracker = MetricsTracker()
+        text_parts: list[str] = []
+        drafted: list[bool] = []
+        stop = "error"
+        if engine is None:
+            self.failed.emit("No model is loaded.", None)
+            return
+        self._cancel.clear()
+        speculated = engine.decoder.speculation_enabled and engine.drafter is not None
+        try:
+            for rnd in engine.chat(messages, config, self._cancel):
+                tracker.add(rnd)
+                if rnd.text:
+                    text_parts.append(rnd.text)
+                    flags = _char_flags(engine, rnd.tokens, rnd.n_accepted, rnd.text)
+                    drafted.extend(flags)
+                    self.delta.emit(ReplyDelta(rnd.text, flags, self._snapshot(engine, tracker)))
+                if rnd.stop is not None:
+                    stop = rnd.stop.value
+            self.finished.emit(
+                ReplyResult("".join(text_parts), tuple(drafted), stop,
+                            self._snapshot(engine, tracker), speculated)
+            )  # fmt: skip
+        except GambitError as exc:
+            self.failed.emit(str(exc), self._partial(engine, tracker, text_parts, drafted))
+        except Exception as exc:
+            log.error("generation crashed:\n%s", traceback.format_exc())
+            self.failed.emit(
+                f"The generation crashed: {exc!r}",
+                self._partial(engine, tracker, text_parts, drafted),
+            )
+
+    @Slot()
+    def shutdown(self) -> None:
+        self._close_engine()
+
+    # ---- helpers
+    def _close_engine(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+    @staticmethod
+    def _snapshot(engine: Engine, tracker: MetricsTracker) -> MetricsSnapshot:
+        c = engine.controller
+        gamma = c.decision.gamma if engine.decoder.speculation_enabled and engine.drafter else 0
+        reason = (
+            c.decision.reason
+            if engine.drafter and engine.decoder.speculation_enabled
+            else ("off: switched off" if engine.drafter else "off: no drafter")
+        )
+        return tracker.snapshot(c.baseline_tokens_per_s, gamma, reason)
+
+    def _partial(
+        self, engine: Engine, tracker: MetricsTracker, parts: list[str], drafted: list[bool]
+    ) -> ReplyResult:
+        return ReplyResult("".join(parts), tuple(drafted), "error",
+                           self._snapshot(engine, tracker), False)  # fmt: skip
+
+
+def _char_flags(
+    engine: Engine, tokens: tuple[int, ...], n_accepted: int, text: str
+) -> tuple[bool, ...]:
+    """Per-character drafted flags for a round's visible text.
+
+    The round's text is the UTF-8 decoding of its tokens (minus held-back or
+    stop-string parts), so the drafted prefix's share of bytes maps to a
+    character count.
+    """
+    if n_accepted == 0 or not text:
+        return (False,) * len(text)
+    drafted_text = b"".join(engine.target.token_piece(t) for t in tokens[:n_accepted]).decode(
+        "utf-8", "replace"
+    )
+    k = min(len(drafted_text), len(text))
+    return (True,) * k + (False,) * (len(text) - k)
+
+
+class WorkerThread:
+    """Owns the QThread and the worker; stop -> quit -> wait on shutdown."""
+
+    def __init__(self) -> None:
+        self.thread = QThread()
+        self.thread.setObjectName("engineThread")
+        self.worker = EngineWorker()
+        self.worker.moveToThread(self.thread)
+        self.thread.start()
+
+    def stop(self, timeout_ms: int = 10_000) -> bool:
+        self.worker.cancel()
+        # shutdown runs on the worker thread after the current generation returns
+        from PySide6.QtCore import QMetaObject, Qt
+
+        QMetaObject.invokeMethod(self.worker, "shutdown", Qt.ConnectionType.QueuedConnection)
+        self.thread.quit()
+        return bool(self.thread.wait(timeout_ms))

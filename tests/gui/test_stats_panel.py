@@ -1,0 +1,329 @@
+"""The statistics panel, with real widgets on the offscreen platform."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCharts import QBarCategoryAxis, QBarSeries, QChartView, QLineSeries, QValueAxis
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QImage, QPalette
+from PySide6.QtWidgets import QLabel, QScrollArea
+from pytestqt.qtbot import QtBot
+
+from gambit.engine.metrics import MetricsSnapshot
+from gambit.ui import theme
+from gambit.ui.stats_panel import PLACEHOLDER, TOOLTIPS, StatsPanel, speedup_tone
+
+COUNTERS = [
+    "acceptedValue",
+    "acceptanceValue",
+    "acceptanceRollingValue",
+    "gammaValue",
+    "gammaReasonValue",
+    "tokensPerSecondValue",
+    "baselineValue",
+    "speedupValue",
+    "ttftValue",
+    "p50Value",
+    "p99Value",
+]
+
+BASE = MetricsSnapshot(
+    n_tokens=120,
+    n_drafted=180,
+    n_accepted=120,
+    n_rounds=60,
+    acceptance_rate=120 / 180,
+    acceptance_rate_rolling=0.75,
+    mean_accepted=2.0,
+    acceptance_by_position=(0.9, 0.7, 0.5, 0.3),
+    gamma=4,
+    gamma_reason="on: expected 1.38x",
+    tokens_per_s=41.3,
+    tokens_per_s_total=39.0,
+    baseline_tokens_per_s=29.1,
+    speedup=1.42,
+    ttft_ms=231.4,
+    p50_ms=0.0,
+    p95_ms=30.2,
+    p99_ms=48.24,
+    draft_time_share=0.2,
+    elapsed_s=3.0,
+)
+
+
+def snap(**changes: Any) -> MetricsSnapshot:
+    return dataclasses.replace(BASE, **changes)
+
+
+@pytest.fixture
+def panel(qtbot: QtBot) -> StatsPanel:
+    widget = StatsPanel()
+    qtbot.addWidget(widget)
+    widget.resize(380, 1000)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+def show(qtbot: QtBot, panel: StatsPanel, snapshot: MetricsSnapshot) -> None:
+    """Hand over one snapshot and wait for the timer to paint it."""
+    before = panel.repaint_count
+    panel.set_snapshot(snapshot)
+    qtbot.waitUntil(lambda: panel.repaint_count > before, timeout=2000)
+
+
+def text(panel: StatsPanel, name: str) -> str:
+    label = panel.findChild(QLabel, name)
+    assert label is not None, name
+    return label.text()
+
+
+def line(panel: StatsPanel, chart: str, name: str) -> QLineSeries:
+    view = panel.findChild(QChartView, chart)
+    assert view is not None
+    for series in view.chart().series():
+        if series.name() == name:
+            assert isinstance(series, QLineSeries)
+            return series
+    raise AssertionError(f"no series {name!r} in {chart}")
+
+
+def bars(panel: StatsPanel) -> tuple[list[float], list[str]]:
+    view = panel.findChild(QChartView, "acceptanceChart")
+    assert view is not None
+    (series,) = view.chart().series()
+    assert isinstance(series, QBarSeries)
+    (barset,) = series.barSets()
+    axis = series.attachedAxes()[0]
+    assert isinstance(axis, QBarCategoryAxis)
+    return [barset.at(i) for i in range(barset.count())], list(axis.categories())
+
+
+def test_dock_basics(panel: StatsPanel) -> None:
+    assert panel.objectName() == "statsPanel"
+    assert panel.windowTitle() == "Speculation"
+    assert isinstance(panel.widget(), QScrollArea)
+    assert panel.repaint_count == 0
+    for name in COUNTERS:
+        assert text(panel, name) == PLACEHOLDER
+    assert line(panel, "tokensPerSecondChart", "tokens/s").count() == 0
+
+
+def test_every_counter_explains_itself(panel: StatsPanel) -> None:
+    for name in COUNTERS:
+        label = panel.findChild(QLabel, name)
+        assert label is not None
+        assert label.toolTip() == TOOLTIPS[name]
+        assert label.toolTip().endswith(".")
+    for chart in ("tokensPerSecondChart", "gammaChart", "acceptanceChart"):
+        view = panel.findChild(QChartView, chart)
+        assert view is not None and view.toolTip()
+
+
+def test_counters_show_the_snapshot_formatted(qtbot: QtBot, panel: StatsPanel) -> None:
+    show(qtbot, panel, BASE)
+    assert panel.snapshot is BASE
+    assert text(panel, "speedupValue") == "1.42×"
+    assert text(panel, "acceptedValue") == "120 / 180"
+    assert text(panel, "acceptanceValue") == "67%"
+    assert text(panel, "acceptanceRollingValue") == "75%"
+    assert text(panel, "gammaValue") == "4"
+    assert text(panel, "gammaReasonValue") == "on: expected 1.38x"
+    assert text(panel, "tokensPerSecondValue") == "41.3 tok/s"
+    assert text(panel, "baselineValue") == "29.1 tok/s"
+    assert text(panel, "ttftValue") == "231 ms"
+    assert text(panel, "p50Value") == "0.0 ms"
+    assert text(panel, "p99Value") == "48.2 ms"
+
+
+def test_speculation_off_shows_no_acceptance(qtbot: QtBot, panel: StatsPanel) -> None:
+    show(
+        qtbot,
+        panel,
+        snap(
+            n_drafted=0,
+            n_accepted=0,
+            acceptance_rate=0.0,
+            acceptance_rate_rolling=0.0,
+            acceptance_by_position=(),
+            gamma=0,
+            gamma_reason="off: expected 0.82x",
+            tokens_per_s=128.4,
+            baseline_tokens_per_s=130.0,
+            speedup=128.4 / 130.0,
+        ),
+    )
+    assert text(panel, "acceptedValue") == "0 / 0"
+    assert text(panel, "acceptanceValue") == PLACEHOLDER
+    assert text(panel, "acceptanceRollingValue") == PLACEHOLDER
+    assert text(panel, "gammaValue") == "0"
+    assert text(panel, "gammaReasonValue") == "off: expected 0.82x"
+    assert text(panel, "tokensPerSecondValue") == "128 tok/s"
+    assert text(panel, "speedupValue") == "0.99×"
+    assert bars(panel) == ([], ["1"])
+
+
+def test_unknown_baseline_shows_no_speedup(qtbot: QtBot, panel: StatsPanel) -> None:
+    show(qtbot, panel, snap(baseline_tokens_per_s=0.0, speedup=0.0))
+    assert text(panel, "baselineValue") == PLACEHOLDER
+    assert text(panel, "speedupValue") == PLACEHOLDER
+    label = panel.findChild(QLabel, "speedupValue")
+    assert label is not None and label.property("tone") == "neutral"
+    assert line(panel, "tokensPerSecondChart", "baseline").count() == 0
+    assert line(panel, "tokensPerSecondChart", "tokens/s").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("speedup", "tone"),
+    [(1.42, "good"), (1.05, "good"), (1.049, "warn"), (0.97, "warn"), (0.969, "bad"), (0.5, "bad")],
+)
+def test_speedup_colour(qtbot: QtBot, panel: StatsPanel, speedup: float, tone: str) -> None:
+    assert speedup_tone(speedup) == tone
+    show(qtbot, panel, snap(speedup=speedup))
+    label = panel.findChild(QLabel, "speedupValue")
+    assert label is not None
+    assert label.property("tone") == tone
+    expected = theme.tone_colour(speedup_tone(speedup), panel.palette())
+    assert label.palette().color(QPalette.ColorRole.WindowText) == expected
+
+
+def test_speedup_colour_follows_a_dark_palette(qtbot: QtBot, panel: StatsPanel) -> None:
+    show(qtbot, panel, snap(speedup=1.42))
+    dark = QPalette(panel.palette())
+    for role, colour in [
+        (QPalette.ColorRole.Window, "#1e1e1e"),
+        (QPalette.ColorRole.Base, "#181818"),
+        (QPalette.ColorRole.WindowText, "#e6e6e6"),
+        (QPalette.ColorRole.Text, "#e6e6e6"),
+    ]:
+        dark.setColor(role, QColor(colour))
+    panel.setPalette(dark)
+    label = panel.findChild(QLabel, "speedupValue")
+    assert label is not None
+    assert label.palette().color(QPalette.ColorRole.WindowText) == QColor(theme.GOOD[1])
+
+
+def test_series_grow_with_each_repaint(qtbot: QtBot, panel: StatsPanel) -> None:
+    show(qtbot, panel, snap(elapsed_s=1.0, gamma=4))
+    show(qtbot, panel, snap(elapsed_s=1.5, gamma=4))
+    show(qtbot, panel, snap(elapsed_s=2.0, gamma=2, acceptance_by_position=(0.8, 0.6, 0.4)))
+    show(qtbot, panel, snap(elapsed_s=2.5, gamma=2, acceptance_by_position=(0.8, 0.6, 0.4)))
+    assert line(panel, "tokensPerSecondChart", "tokens/s").count() == 4
+    assert line(panel, "tokensPerSecondChart", "baseline").count() == 4
+    # Step-like: a vertical jump where γ changed, flat runs drawn as one segment.
+    gamma = line(panel, "gammaChart", "γ")
+    assert [(p.x(), p.y()) for p in gamma.points()] == [
+        (1.0, 4.0),
+        (2.0, 4.0),
+        (2.0, 2.0),
+        (2.5, 2.0),
+    ]
+    assert bars(panel) == ([80.0, 60.0, 40.0], ["1", "2", "3"])
+
+
+def test_same_moment_updates_the_last_point(qtbot: QtBot, panel: StatsPanel) -> None:
+    show(qtbot, panel, snap(elapsed_s=1.0, tokens_per_s=10.0))
+    show(qtbot, panel, snap(elapsed_s=1.0, tokens_per_s=12.0))
+    points = line(panel, "tokensPerSecondChart", "tokens/s").points()
+    assert [(p.x(), p.y()) for p in points] == [(1.0, 12.0)]
+
+
+def test_a_burst_of_snapshots_repaints_a_bounded_number_of_times(
+    qtbot: QtBot, panel: StatsPanel
+) -> None:
+    before = panel.repaint_count
+    for i in range(1000):
+        panel.set_snapshot(snap(n_tokens=i + 1, elapsed_s=0.01 * (i + 1), tokens_per_s=float(i)))
+    assert panel.repaint_count == before  # nothing painted per call
+    qtbot.waitUntil(lambda: panel.repaint_count > before, timeout=2000)
+    qtbot.wait(250)  # a later tick must not repaint again: nothing new arrived
+    assert panel.repaint_count - before == 1
+    assert text(panel, "tokensPerSecondValue") == "999 tok/s"
+    assert line(panel, "tokensPerSecondChart", "tokens/s").count() == 1
+
+
+def test_charts_keep_the_last_200_points(qtbot: QtBot, panel: StatsPanel) -> None:
+    for i in range(250):
+        panel.set_snapshot(snap(elapsed_s=float(i), gamma=4))
+        panel._on_repaint_timer()  # the timer's slot, called at once rather than waited for
+    series = line(panel, "tokensPerSecondChart", "tokens/s")
+    assert series.count() == 200
+    assert series.at(0).x() == 50.0
+    assert series.at(199).x() == 249.0
+    assert panel.repaint_count == 250
+
+
+def test_axes_follow_the_data(qtbot: QtBot, panel: StatsPanel) -> None:
+    show(qtbot, panel, snap(elapsed_s=2.0, tokens_per_s=40.0, baseline_tokens_per_s=30.0))
+    show(qtbot, panel, snap(elapsed_s=12.0, tokens_per_s=80.0, baseline_tokens_per_s=30.0))
+    series = line(panel, "tokensPerSecondChart", "tokens/s")
+    axes = {axis.orientation(): axis for axis in series.attachedAxes()}
+    x_axis, y_axis = axes[Qt.Orientation.Horizontal], axes[Qt.Orientation.Vertical]
+    assert isinstance(x_axis, QValueAxis) and isinstance(y_axis, QValueAxis)
+    assert (x_axis.min(), x_axis.max()) == (2.0, 12.0)
+    assert y_axis.min() == 0.0
+    assert 80.0 < y_axis.max() <= 120.0
+
+
+def test_start_reply_clears_series_and_counters(qtbot: QtBot, panel: StatsPanel) -> None:
+    show(qtbot, panel, snap(elapsed_s=1.0))
+    show(qtbot, panel, snap(elapsed_s=2.0, gamma=3))
+    panel.start_reply()
+    for chart, name in [
+        ("tokensPerSecondChart", "tokens/s"),
+        ("tokensPerSecondChart", "baseline"),
+        ("gammaChart", "γ"),
+    ]:
+        assert line(panel, chart, name).count() == 0
+    assert bars(panel)[0] == []
+    for name in COUNTERS:
+        assert text(panel, name) == PLACEHOLDER
+    assert panel.snapshot is None
+    # The next reply starts from scratch.
+    show(qtbot, panel, snap(elapsed_s=0.5))
+    assert line(panel, "tokensPerSecondChart", "tokens/s").count() == 1
+
+
+def test_a_new_reply_without_start_reply_restarts_the_charts(
+    qtbot: QtBot, panel: StatsPanel
+) -> None:
+    show(qtbot, panel, snap(elapsed_s=5.0))
+    show(qtbot, panel, snap(elapsed_s=6.0))
+    show(qtbot, panel, snap(elapsed_s=0.4))  # time went backwards
+    assert line(panel, "tokensPerSecondChart", "tokens/s").count() == 1
+
+
+def test_backend_line(panel: StatsPanel) -> None:
+    label = panel.findChild(QLabel, "backendValue")
+    assert label is not None
+    assert not label.isVisible()
+    panel.set_backend("CPU · 2 threads · AVX2")
+    assert label.text() == "CPU · 2 threads · AVX2"
+    assert label.isVisible()
+    panel.set_backend("")
+    assert not label.isVisible()
+
+
+def test_screenshot(qtbot: QtBot, panel: StatsPanel, tmp_path: Path) -> None:
+    panel.set_backend("CPU · 2 threads · AVX2")
+    for i in range(1, 41):
+        gamma = 4 if i < 25 else 0
+        show_now = snap(
+            elapsed_s=0.25 * i,
+            tokens_per_s=30.0 + 12.0 * (i % 5) / 4 + (10.0 if gamma else -3.0),
+            gamma=gamma,
+            gamma_reason="on: expected 1.38x" if gamma else "off: expected 0.82x",
+        )
+        panel.set_snapshot(show_now)
+        panel._on_repaint_timer()
+    path = tmp_path / "panel.png"
+    assert panel.grab().save(str(path))
+    assert path.stat().st_size > 0
+    image = QImage(str(path))
+    assert not image.isNull()
+    assert image.width() >= 300 and image.height() >= 500
+    assert panel.width() >= 300 and panel.height() >= 500
