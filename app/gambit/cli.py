@@ -19,6 +19,7 @@ from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import DrafterKind, Engine, EngineConfig
 from gambit.errors import GambitError
+from gambit.models.commands import add_models_parser, run_models
 from gambit.models.default_model import Progress, default_model_path
 
 
@@ -122,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(γ = --gamma) or fixed=N (repeatable; default: adaptive, fixed and off)",
     )
     bench.set_defaults(max_tokens=128)
+
+    add_models_parser(sub)
     return parser
 
 
@@ -261,6 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from gambit.bench import run_bench
 
             return run_bench(args, _engine_config(args), _sampling(args))
+        if args.command == "models":
+            return run_models(args)
     except GambitError as exc:
         print(f"gambit-cli: error: {exc}", file=sys.stderr)
         return 2

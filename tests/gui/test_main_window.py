@@ -51,7 +51,10 @@ def open_window(qtbot: QtBot, paths: tuple[Path, Path], settings: Settings | Non
 @pytest.fixture
 def window(qtbot: QtBot, paths: tuple[Path, Path], settings: Settings) -> Iterator[MainWindow]:
     w = open_window(qtbot, paths, settings)
+    w.latency.reset()
     qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    print(f"UI event loop: longest block while the models loaded {w.latency.max_late_ms:.1f} ms")
+    assert w.latency.max_late_ms < 1000  # a freeze guard: loading runs on the worker thread
     yield w
     w.close()
 

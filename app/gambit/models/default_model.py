@@ -43,8 +43,29 @@ def _quiet(_stage: str, _done: int, _total: int) -> None:
     pass
 
 
+def bundled_model_path() -> Path | None:
+    """The default model shipped inside an installed app (a PyInstaller bundle), if any.
+
+    A frozen app cannot run pip, so the installers carry the file: in the
+    bundle's data folder (``sys._MEIPASS``) or next to the executable.
+    """
+    if not getattr(sys, "frozen", False):
+        return None
+    roots = [Path(sys.executable).resolve().parent]
+    meipass = getattr(sys, "_MEIPASS", None)
+    if meipass:
+        roots.insert(0, Path(meipass))
+    for root in roots:
+        for candidate in (root / "models" / DEFAULT_MODEL_FILE, root / DEFAULT_MODEL_FILE):
+            if candidate.is_file() and candidate.stat().st_size == DEFAULT_MODEL_SIZE:
+                return candidate
+    return None
+
+
 def default_model_path(folder: Path | None = None, progress: Progress | None = None) -> Path:
     """Path of the default model, provisioning it first if needed."""
+    if folder is None and (bundled := bundled_model_path()) is not None:
+        return bundled
     folder = folder or models_dir()
     dest = folder / DEFAULT_MODEL_FILE
     if dest.is_file() and dest.stat().st_size == DEFAULT_MODEL_SIZE:

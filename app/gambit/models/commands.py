@@ -1,0 +1,342 @@
+"""``gambit-cli models ...``: the model library from the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gambit.engine.runtime import RuntimeOptions
+from gambit.models.catalog import download, find_pair, load_catalog
+from gambit.models.default_model import Progress
+from gambit.models.derive import FTYPES, DeriveCancelledError, derive_draft, measure_acceptance
+from gambit.models.info import ModelInfo, inspect_model
+from gambit.models.library import LibraryEntry, ModelLibrary
+from gambit.models.memory import MIB, available_memory, check_fits, estimate_memory
+from gambit.models.pairing import pair_report
+
+
+def add_models_parser(sub: Any) -> None:
+    """Add ``models`` and its commands to the CLI's subparsers."""
+    models = sub.add_parser("models", help="the model library: list, inspect, pair, derive, ...")
+    msub = models.add_subparsers(dest="models_command", required=True)
+
+    p = msub.add_parser("list", help="rescan the library and list its models")
+    p.add_argument(
+        "--folder",
+        type=Path,
+        action="append",
+        default=[],
+        help="add this folder to the library (remembered) before listing; repeatable",
+    )
+
+    p = msub.add_parser("inspect", help="a model file's metadata and memory estimate")
+    p.add_argument("path", type=Path)
+    p.add_argument("--ctx", type=int, default=4096, help="context for the memory estimate")
+    p.add_argument("--json", action="store_true", help="print the metadata as JSON")
+
+    p = msub.add_parser("pair", help="can DRAFT draft for TARGET? (exit 1 if not)")
+    p.add_argument("target", type=Path)
+    p.add_argument("draft", type=Path)
+    p.add_argument("--ctx", type=int, default=4096, help="context for the memory check")
+
+    p = msub.add_parser("derive", help="re-quantize TARGET into a draft for it")
+    p.add_argument("target", type=Path)
+    p.add_argument("--type", dest="ftype", required=True, choices=list(FTYPES))
+    p.add_argument("--out", type=Path, default=None, help="output file (default: models folder)")
+    p.add_argument("--measure", action="store_true", help="measure the acceptance rate afterwards")
+    p.add_argument(
+        "--threads", type=int, default=0, help="CPU threads for --measure (default: cores)"
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
+
+    p = msub.add_parser("import", help="add a model file to the library")
+    p.add_argument("path", type=Path)
+    p.add_argument("--copy", action="store_true", help="copy it into the models folder")
+
+    p = msub.add_parser("remove", help="remove a model from the library")
+    p.add_argument("path", type=Path)
+    p.add_argument(
+        "--delete-file",
+        action="store_true",
+        help="also delete the file, if Gambit put it in its models folder",
+    )
+
+    msub.add_parser("catalog", help="known good target/draft pairs")
+
+    p = msub.add_parser("download", help="download a catalog pair from Hugging Face")
+    p.add_argument("name")
+    p.add_argument("--only", choices=["target", "draft"], default=None)
+
+
+def run_models(args: argparse.Namespace) -> int:
+    command = args.models_command
+    handler = _COMMANDS[command]
+    return handler(args)
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB" if n >= 1e7 else f"{n / 1e6:,.1f} MB"
+
+
+def _mib(n: int) -> str:
+    return f"{n / MIB:,.0f} MiB"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def _progress(verb: str) -> Progress:
+    live = sys.stderr.isatty()
+    step = 1 if live else 25  # a log gets a line per quarter
+    shown: dict[str, int] = {}  # stage -> the last percentage shown
+
+    def report(stage: str, done: int, total: int) -> None:
+        pct = min(100, int(100 * done / total)) if total else 0
+        last = shown.get(stage)
+        if last is not None and (pct == last or (pct < 100 and pct // step == last // step)):
+            return
+        shown[stage] = pct
+        end = "\n" if pct >= 100 or not live else "\r"
+        print(f"{verb}: {stage} {pct:3d}% of {_mb(total)}", end=end, file=sys.stderr, flush=True)
+
+    return report
+
+
+def _entry_row(e: LibraryEntry, names: dict[str, str]) -> list[str]:
+    i = e.info
+    return [
+        e.path.name,
+        i.architecture,
+        i.params_label,
+        i.quantization,
+        _mb(i.file_size),
+        f"{i.context_length:,}",
+        f"{i.vocab_size:,} {i.vocab_type}",
+        "yes" if i.has_chat_template else "no",
+        e.origin,
+        ", ".join(names.get(t, Path(t).name) for t in e.draft_for) or "-",
+        str(e.path.parent),
+    ]
+
+
+# -------------------------------------------------------------------- commands
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    library = ModelLibrary()
+    for folder in args.folder:
+        library.add_folder(folder)
+    library.rescan()
+    entries = library.entries()
+    bad = {p.path for p in library.problems()}
+    good = [e for e in entries if e.path not in bad]
+    names = {str(e.path): e.path.name for e in entries}
+    if good:
+        headers = [
+            "FILE", "ARCH", "PARAMS", "QUANT", "SIZE", "CONTEXT", "VOCAB", "TEMPLATE",
+            "ORIGIN", "DRAFT FOR", "FOLDER",
+        ]  # fmt: skip
+        print(_table(headers, [_entry_row(e, names) for e in good]))
+    else:
+        print(f"No models yet. Put GGUF files in {library.models_dir}, or use "
+              "`gambit-cli models import PATH`.")  # fmt: skip
+    problems = library.problems()
+    if problems:
+        print(f"\n{len(problems)} file(s) cannot be used:")
+        for p in problems:
+            print(f"  {p.message}")
+    print(f"\nmodels folder: {library.models_dir}")
+    for folder in library.folders():
+        print(f"added folder:  {folder}")
+    return 0
+
+
+def _info_lines(info: ModelInfo, n_ctx: int) -> list[tuple[str, str]]:
+    heads = f"{info.head_count} ({info.head_count_kv} for K/V), head size {info.key_length}"
+    est = estimate_memory(info, n_ctx)
+    memory = (
+        f"about {_mib(est.total_bytes)} at {n_ctx:,} tokens of context "
+        f"(weights {_mib(est.weights_bytes)}, KV cache {_mib(est.kv_bytes)} Q8_0, "
+        f"compute {_mib(est.compute_bytes)}, other {_mib(est.overhead_bytes)}); "
+        f"{_mib(available_memory())} available"
+    )
+    return [
+        ("file", str(info.path)),
+        ("name", info.name),
+        ("architecture", info.architecture),
+        ("parameters", f"{info.params_label} ({info.n_params:,})"),
+        ("quantization", info.quantization),
+        ("file size", f"{_mb(info.file_size)} ({info.file_size:,} bytes)"),
+        (
+            "vocabulary",
+            f"{info.vocab_size:,} tokens, {info.vocab_type} ({info.vocab_type_name})"
+            + (f", pre-tokenizer {info.tokenizer_pre}" if info.tokenizer_pre else ""),
+        ),
+        ("context length", f"{info.context_length:,} (trained)"),
+        ("blocks", str(info.block_count)),
+        ("embedding", f"{info.embedding_length:,}"),
+        ("attention heads", heads),
+        ("chat template", "yes" if info.has_chat_template else "no"),
+        ("tokenizer", info.tokenizer_digest),
+        ("memory", memory),
+    ]
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    info = inspect_model(args.path)
+    if args.json:
+        data = info.to_json()
+        est = estimate_memory(info, args.ctx)
+        data["memory"] = {
+            "n_ctx": args.ctx,
+            "weights_bytes": est.weights_bytes,
+            "kv_bytes": est.kv_bytes,
+            "compute_bytes": est.compute_bytes,
+            "overhead_bytes": est.overhead_bytes,
+            "total_bytes": est.total_bytes,
+        }
+        print(json.dumps(data, indent=1))
+        return 0
+    lines = _info_lines(info, args.ctx)
+    width = max(len(k) for k, _ in lines)
+    for key, value in lines:
+        print(f"{key.ljust(width)}  {value}")
+    warning = check_fits(info, None, args.ctx)
+    if warning:
+        print(f"warning: {warning}")
+    return 0
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    target, draft = inspect_model(args.target), inspect_model(args.draft)
+    report = pair_report(target, draft)
+    print(f"target: {target.path.name} ({target.params_label}, {target.quantization}, "
+          f"{_mb(target.file_size)})")  # fmt: skip
+    print(f"draft:  {draft.path.name} ({draft.params_label}, {draft.quantization}, "
+          f"{_mb(draft.file_size)})")  # fmt: skip
+    if report.compatible:
+        print("compatible: yes (the draft uses the target's tokenizer)")
+    else:
+        print("compatible: no")
+        for reason in report.reasons:
+            print(f"  - {reason}")
+        print("A draft model must use the same tokenizer as the target "
+              "(usually a smaller model of the same family).")  # fmt: skip
+    for note in report.notes:
+        print(f"note: {note}")
+    if report.compatible:
+        warning = check_fits(target, draft, args.ctx)
+        if warning:
+            print(f"warning: {warning}")
+    return 0 if report.compatible else 1
+
+
+def cmd_derive(args: argparse.Namespace) -> int:
+    cancel = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
+    t0 = time.perf_counter()
+    try:
+        path = derive_draft(
+            args.target,
+            args.ftype,
+            dest=args.out,
+            progress=_progress("deriving"),
+            cancel=cancel,
+            overwrite=args.force,
+        )
+    except DeriveCancelledError as exc:
+        print(f"gambit-cli: {exc}", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    elapsed = time.perf_counter() - t0
+    size = path.stat().st_size
+    print(f"derived {path} ({args.ftype}, {_mb(size)}) in {elapsed:.1f} s")
+    print(f"registered as a draft for {Path(args.target).name}")
+    if args.measure:
+        t1 = time.perf_counter()
+        options = RuntimeOptions(n_ctx=512, n_threads=args.threads)
+        rate = measure_acceptance(args.target, path, options=options)
+        print(f"acceptance: {rate:.1%} (greedy, γ = 4, calibration prompts; "
+              f"{time.perf_counter() - t1:.1f} s)")  # fmt: skip
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    library = ModelLibrary()
+    progress = _progress("importing") if args.copy else None
+    info = library.import_file(args.path, copy=args.copy, progress=progress)
+    how = "copied into the library" if args.copy else "added to the library (referenced)"
+    print(f"{info.path}: {how}: {info.architecture}, {info.params_label}, "
+          f"{info.quantization}, {_mb(info.file_size)}")  # fmt: skip
+    drafts = library.drafts_for(info)
+    if drafts:
+        print(f"compatible drafts in the library: {', '.join(d.path.name for d in drafts)} "
+              f"(suggested: {drafts[0].path.name})")  # fmt: skip
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    library = ModelLibrary()
+    deleted = library.remove(args.path, delete_file=args.delete_file)
+    if deleted is not None:
+        print(f"removed from the library and deleted: {deleted}")
+    else:
+        print(f"removed from the library: {args.path} (the file was left in place)")
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    pairs = load_catalog()
+    rows = [
+        [
+            p.name,
+            f"{p.target.filename} ({p.target.params}, ~{p.target.size_mb:,} MB)",
+            f"{p.draft.filename} ({p.draft.params}, ~{p.draft.size_mb:,} MB)",
+            "yes" if p.verified else "no",
+        ]
+        for p in pairs
+    ]
+    print(_table(["NAME", "TARGET", "DRAFT", "VERIFIED"], rows))
+    print("\nSources on Hugging Face:")
+    for p in pairs:
+        print(f"  {p.name}: {p.target.repo}, {p.draft.repo}")
+    print("\nDownload a pair with `gambit-cli models download NAME`.")
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    pair = find_pair(args.name)
+    paths = download(pair, progress=_progress("downloading"), which=args.only or "both")
+    for path in paths:
+        print(f"downloaded {path}")
+    return 0
+
+
+_COMMANDS = {
+    "list": cmd_list,
+    "inspect": cmd_inspect,
+    "pair": cmd_pair,
+    "derive": cmd_derive,
+    "import": cmd_import,
+    "remove": cmd_remove,
+    "catalog": cmd_catalog,
+    "download": cmd_download,
+}

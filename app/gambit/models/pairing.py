@@ -1,0 +1,125 @@
+"""Can one model draft for another? Decided from the two headers, before loading.
+
+The rules are llama.cpp's (``common_speculative_are_compatible``), as the engine
+applies them on loaded models (``gambit.engine.drafters.draft_model.check_compatible``):
+
+- the same vocabulary type (BPE, SPM, ...);
+- the same add-BOS / add-EOS flags, and the same BOS / EOS ids where they are added;
+- vocabulary sizes within 128 tokens of each other;
+- every token from id 5 on (up to the smaller vocabulary) has the same text.
+
+The last rule is checked through the tokenizer fingerprints first: equal
+fingerprints mean equal token lists. Only when they differ are both token
+arrays read, to find the first token that differs (or to see that only the
+pre-tokenizer differs, which llama.cpp allows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gambit.engine.drafters.draft_model import (
+    VOCAB_CHECK_START_TOKEN_ID,
+    VOCAB_MAX_SIZE_DIFFERENCE,
+)
+from gambit.models.gguf_file import read_header
+from gambit.models.info import ModelInfo
+
+TOKENS_KEY = "tokenizer.ggml.tokens"
+
+
+@dataclass(frozen=True)
+class PairReport:
+    compatible: bool
+    reasons: list[str] = field(default_factory=list)  # why not (empty when compatible)
+    notes: list[str] = field(default_factory=list)  # worth knowing, not blocking
+
+    def summary(self) -> str:
+        if self.compatible:
+            return "compatible" + (f" ({'; '.join(self.notes)})" if self.notes else "")
+        return "incompatible: " + "; ".join(self.reasons)
+
+
+def pair_report(target: ModelInfo, draft: ModelInfo) -> PairReport:
+    """Whether ``draft`` can draft for ``target``, and if not, every reason why."""
+    reasons: list[str] = []
+    notes: list[str] = []
+    if target.vocab_type != draft.vocab_type:
+        reasons.append(
+            f"different tokenizer types ({draft.vocab_type_name} '{draft.vocab_type}' vs "
+            f"{target.vocab_type_name} '{target.vocab_type}')"
+        )
+    if target.add_bos != draft.add_bos or (
+        target.add_bos and target.bos_token_id != draft.bos_token_id
+    ):
+        reasons.append(
+            "different begin-of-text tokens "
+            f"({_special(draft.add_bos, draft.bos_token_id)} vs "
+            f"{_special(target.add_bos, target.bos_token_id)})"
+        )
+    if target.add_eos != draft.add_eos or (
+        target.add_eos and target.eos_token_id != draft.eos_token_id
+    ):
+        reasons.append(
+            "different end-of-text tokens "
+            f"({_special(draft.add_eos, draft.eos_token_id)} vs "
+            f"{_special(target.add_eos, target.eos_token_id)})"
+        )
+    diff = abs(target.vocab_size - draft.vocab_size)
+    if diff > VOCAB_MAX_SIZE_DIFFERENCE:
+        reasons.append(
+            f"vocabulary sizes differ by {diff:,} ({draft.vocab_size:,} vs "
+            f"{target.vocab_size:,} tokens; at most {VOCAB_MAX_SIZE_DIFFERENCE} allowed)"
+        )
+    if target.tokenizer_digest != draft.tokenizer_digest and target.vocab_type == draft.vocab_type:
+        # Different tokenizer types already settle it; otherwise compare the texts.
+        first = first_different_token(target, draft)
+        if first is not None:
+            i, t_dft, t_tgt = first
+            reasons.append(f"token {i} differs ({t_dft!r} vs {t_tgt!r})")
+        elif target.tokenizer_pre != draft.tokenizer_pre:
+            notes.append(
+                f"different pre-tokenizers ('{draft.tokenizer_pre}' vs "
+                f"'{target.tokenizer_pre}'): allowed, but text may split differently"
+            )
+    if not reasons and draft.file_size >= target.file_size:
+        notes.append("the draft is not smaller than the target, so drafting cannot pay off")
+    return PairReport(compatible=not reasons, reasons=reasons, notes=notes)
+
+
+def first_different_token(target: ModelInfo, draft: ModelInfo) -> tuple[int, str, str] | None:
+    """(id, draft's text, target's text) of the first token from id 5 on whose text differs."""
+    t_tokens = _tokens(target)
+    d_tokens = _tokens(draft)
+    for i in range(VOCAB_CHECK_START_TOKEN_ID, min(len(t_tokens), len(d_tokens))):
+        if t_tokens[i] != d_tokens[i]:
+            return i, d_tokens[i], t_tokens[i]
+    return None
+
+
+def _tokens(info: ModelInfo) -> list[str]:
+    value = read_header(info.path, keep_arrays=(TOKENS_KEY,)).metadata.get(TOKENS_KEY)
+    return value if isinstance(value, list) else []
+
+
+def _special(added: bool, token_id: int) -> str:
+    return f"id {token_id}" if added else "not added"
+
+
+def compatible_drafts(target: ModelInfo, candidates: Iterable[ModelInfo]) -> list[ModelInfo]:
+    """The candidates that can draft for ``target`` and are smaller than it,
+    smallest file first: the first one is the suggestion."""
+    found: list[ModelInfo] = []
+    seen: set[str] = set()
+    for cand in candidates:
+        key = str(cand.path.resolve())
+        if key in seen or cand.path.resolve() == target.path.resolve():
+            continue
+        seen.add(key)
+        if cand.file_size >= target.file_size:
+            continue
+        if pair_report(target, cand).compatible:
+            found.append(cand)
+    found.sort(key=lambda m: (m.file_size, str(m.path)))
+    return found
