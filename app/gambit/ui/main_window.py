@@ -28,9 +28,11 @@ from PySide6.QtWidgets import (
 )
 
 from gambit.engine.chat import Message
+from gambit.models.library import ModelLibrary
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.chat_view import ChatMessage, ChatView
+from gambit.ui.models_dialog import ModelsDialog
 from gambit.ui.settings_dialog import SettingsDialog
 from gambit.ui.stats_panel import StatsPanel
 from gambit.worker import EngineInfo, ReplyDelta, ReplyResult, WorkerThread
@@ -172,6 +174,8 @@ class MainWindow(QMainWindow):
         self.speculation_action.setCheckable(True)
         self.speculation_action.setChecked(self.settings.speculation)
         self.speculation_action.setToolTip("Speculative decoding on/off (takes effect at once)")
+        self.models_action = _named(QAction("Models…", self), "modelsAction")
+        self.models_action.setToolTip("Choose the target and draft models, derive or download them")
         self.settings_action = _named(QAction("Settings…", self), "settingsAction")
         self.settings_action.setShortcut(QKeySequence.StandardKey.Preferences)
         stats_toggle = self.stats.toggleViewAction()
@@ -179,6 +183,7 @@ class MainWindow(QMainWindow):
         toolbar.addAction(self.speculation_action)
         toolbar.addAction(stats_toggle)
         toolbar.addSeparator()
+        toolbar.addAction(self.models_action)
         toolbar.addAction(self.settings_action)
 
         self.model_label = _named(QLabel("No model"), "modelLabel")
@@ -211,6 +216,7 @@ class MainWindow(QMainWindow):
         self.list.customContextMenuRequested.connect(self._on_list_menu)
         self.speculation_action.toggled.connect(self._on_speculation_toggled)
         self.settings_action.triggered.connect(self.open_settings)
+        self.models_action.triggered.connect(self.open_models)
 
     # ------------------------------------------------------------------ engine
     def load_engine(self) -> None:
@@ -428,6 +434,13 @@ class MainWindow(QMainWindow):
         if dialog.exec() != SettingsDialog.DialogCode.Accepted:
             return
         self.apply_settings(dialog.settings())
+
+    @Slot()
+    def open_models(self) -> None:
+        dialog = ModelsDialog(ModelLibrary(), self.settings, self)
+        if dialog.exec() != ModelsDialog.DialogCode.Accepted:
+            return
+        self.apply_settings(dialog.chosen_settings())
 
     def apply_settings(self, new: Settings) -> None:
         old = self.settings
