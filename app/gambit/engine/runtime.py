@@ -81,11 +81,11 @@ def shared_threadpool(n_threads: int) -> int | None:
     """One ggml CPU threadpool per thread count, shared by every context.
 
     Each llama.cpp context otherwise gets a pool of its own whose idle workers
-    spin-wait for milliseconds after each decode. With a target and a draft
-    model taking turns, the idle pool's spinning steals the cores the busy one
-    needs (measured here: a draft step cost 8.7 ms instead of 6.7 ms). A
-    single pool serves both in turn. Returns None where the CPU backend's
-    threadpool API is not available (then llama.cpp's default is used).
+    spin-wait after each decode, and a target and a draft model taking turns
+    would each keep a pool spinning. Builds with OpenMP (llama-cpp-python's
+    default on Linux) run on OpenMP's single pool instead and ignore this;
+    there it made no measurable difference. Returns None where the CPU
+    backend's threadpool API is not available.
     """
     with _backend_lock:
         if n_threads in _threadpools:

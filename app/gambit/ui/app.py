@@ -1,34 +1,129 @@
-"""``gambit``: the desktop app's entry point."""
+"""``gambit``: the desktop app's entry point.
+
+``gambit --self-test [options]`` and ``gambit --about`` answer on the terminal
+without opening a window (they work with no display); anything else starts
+the GUI. Logging and the crash handler are set up first, in every mode.
+"""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
+import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
-from gambit import __version__
+_T_START = time.time()  # the earliest timestamp we have (the self-test's fallback)
+
+from gambit import __version__  # noqa: E402  (after the timestamp, on purpose)
+
+ICON_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
+
+
+def resources_dir() -> Path | None:
+    """The ``resources/`` folder: inside the package (wheel, frozen bundle) or the source tree."""
+    import gambit
+
+    package = Path(gambit.__file__).resolve().parent
+    for candidate in (package / "resources", package.parents[1] / "resources"):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def icon_files() -> list[Path]:
+    """The app icon's PNG renderings, smallest first (empty if not found)."""
+    folder = resources_dir()
+    if folder is None:
+        return []
+    return [p for size in ICON_SIZES if (p := folder / "icons" / f"gambit-{size}.png").is_file()]
+
+
+def _show_crash_box(report: Path, summary: str) -> None:
+    """Tell the GUI user where the crash report is (from any thread)."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    app = QApplication.instance()
+    if app is None or QApplication.platformName() == "offscreen":
+        return  # no one to show it to; the report and the log have it
+
+    def show() -> None:
+        QMessageBox.critical(
+            None,
+            "Gambit: unexpected error",
+            f"Gambit hit an unexpected error:\n\n{summary}\n\n"
+            f"A report was written to:\n{report}\n\n"
+            "Please attach it to a bug report. Gambit may be unstable until restarted.",
+        )
+
+    if threading.current_thread() is threading.main_thread():
+        show()
+    else:
+        QTimer.singleShot(0, app, show)  # runs on the GUI thread
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gambit", description="Gambit desktop chat")
-    parser.add_argument("--version", action="version", version=f"gambit {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log llama.cpp too")
-    args, qt_args = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
-    if not args.verbose:
-        logging.getLogger("gambit.llama").setLevel(logging.ERROR)
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if "--self-test" in args_in:
+        from gambit.logs import install_crash_handler
+        from gambit.selftest import main as selftest_main
 
+        install_crash_handler()
+        rest = [a for a in args_in if a != "--self-test"]
+        return selftest_main(rest, started_at=_T_START)
+
+    parser = argparse.ArgumentParser(
+        prog="gambit",
+        description="Gambit desktop chat. Other arguments are passed on to Qt.",
+        epilog="gambit --self-test --help lists the self-test's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"gambit {__version__}")
+    parser.add_argument(
+        "--self-test",
+        action="store_true",
+        help="check the installation (model, backend, speculation) and exit 0/1",
+    )
+    parser.add_argument("--about", action="store_true", help="print version and backend, exit")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log everything, llama.cpp included"
+    )
+    args, qt_args = parser.parse_known_args(args_in)
+
+    from gambit.logs import install_crash_handler, setup_logging
+
+    setup_logging(args.verbose)
+    install_crash_handler()
+    if args.about:
+        from gambit.selftest import about_main
+
+        return about_main()
+    return _run_gui(qt_args)
+
+
+def _run_gui(qt_args: list[str]) -> int:
+    from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
+    from gambit.logs import set_crash_notifier
     from gambit.storage.conversations import ConversationStore, default_store_path
     from gambit.storage.settings import SettingsStore
     from gambit.ui.main_window import MainWindow
 
     app = QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("Gambit")
+    app.setApplicationDisplayName("Gambit")
     app.setApplicationVersion(__version__)
+    app.setDesktopFileName("gambit")  # matches gambit.desktop (Wayland window icons)
     app.setStyle("Fusion")
+    icon = QIcon()
+    for path in icon_files():
+        icon.addFile(str(path))
+    if not icon.isNull():
+        app.setWindowIcon(icon)
+    set_crash_notifier(_show_crash_box)
+
     path = default_store_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     window = MainWindow(SettingsStore(), ConversationStore(path))

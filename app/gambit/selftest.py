@@ -1,0 +1,385 @@
+"""``gambit --self-test``: does this installation work, and how fast is it here?
+
+Loads the default model (or ``--target``), generates a short greedy reply
+without speculation, then again with prompt lookup (and with ``--draft``, a
+draft model), and checks that every run produced the same tokens: at
+temperature 0 speculation must not change the output. Prints the backend
+llama.cpp was built for, the speeds, the speedup, the model load time and the
+cold-start time from process start to the first reply token. Exit status 0
+when everything passed, 1 otherwise, with the reason on the ``result:`` line.
+
+No widgets are created (it runs on a machine without a display); Qt is only
+imported, to check that the bundle carries it and its platform plugins.
+
+``gambit --about`` prints the version and backend lines only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gambit import __version__
+from gambit.errors import GambitError
+from gambit.storage.paths import log_dir
+
+if TYPE_CHECKING:
+    from gambit.engine.session import DrafterKind
+
+log = logging.getLogger("gambit.selftest")
+
+# Replies repeat words of the prompt, so prompt lookup gets some drafts accepted
+# and some rejected: both paths of verification run.
+PROMPT = "List the days of the week, one per line, each followed by a short note about it."
+DEFAULT_TOKENS = 32
+GAMMA = 4  # fixed draft length: every run exercises verification, not the controller
+REPORT_FILE = "selftest.txt"
+
+_T_IMPORT = time.time()
+
+
+@dataclass
+class RunResult:
+    label: str
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    tokens_per_s: float = 0.0
+    ttft_s: float = 0.0
+    load_s: float = 0.0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    first_token_at: float = 0.0  # wall clock (time.time()) when the first token arrived
+
+
+class Report:
+    """Lines go to stdout (when there is one), the log, and a report file."""
+
+    def __init__(self, out: Callable[[str], None] | None = None) -> None:
+        self.lines: list[str] = []
+        self._out = out
+
+    def __call__(self, key: str, value: object = "") -> None:
+        line = f"{key}: {value}" if value != "" else key
+        self.lines.append(line)
+        log.info("self-test: %s", line)
+        if self._out is not None:
+            self._out(line)
+
+    def save(self) -> Path | None:
+        path = log_dir() / REPORT_FILE
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("\n".join(self.lines) + "\n", encoding="utf-8")
+        except OSError as exc:
+            log.warning("could not write %s: %s", path, exc)
+            return None
+        return path
+
+
+def _stdout_line(line: str) -> None:
+    stream = sys.stdout
+    if stream is not None:  # a windowed Windows app has no stdout
+        with contextlib.suppress(OSError, ValueError):
+            print(line, file=stream, flush=True)
+
+
+# ------------------------------------------------------------------- timing
+def process_start_time(fallback: float | None = None) -> float:
+    """Wall-clock time (``time.time()``) when this process started.
+
+    Read from the OS where it is easy (Linux, Windows); otherwise ``fallback``
+    (the caller's earliest timestamp), or when this module was imported.
+    """
+    now = time.time()
+    system = sys.platform  # a variable: mypy would drop the other platforms' branches
+    try:
+        if system.startswith("linux"):
+            stat = Path("/proc/self/stat").read_text()
+            # Field 22 (starttime, in clock ticks since boot); the command name
+            # (field 2) may hold spaces, so count from its closing parenthesis.
+            fields = stat[stat.rindex(")") + 2 :].split()
+            start_ticks = int(fields[19])
+            uptime = float(Path("/proc/uptime").read_text().split()[0])
+            return now - (uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+        if system == "win32":
+            import ctypes
+            from ctypes import wintypes
+
+            kernel32 = getattr(ctypes, "windll").kernel32  # noqa: B009 (Windows only)
+            times = [wintypes.FILETIME() for _ in range(4)]
+            ok = kernel32.GetProcessTimes(
+                kernel32.GetCurrentProcess(), *(ctypes.byref(t) for t in times)
+            )
+            if ok:
+                ft = times[0]
+                ticks = (ft.dwHighDateTime << 32) | ft.dwLowDateTime  # 100 ns since 1601
+                return float(ticks / 1e7 - 11_644_473_600)
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    return fallback if fallback is not None else _T_IMPORT
+
+
+# ------------------------------------------------------------------- facts
+def llama_cpp_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("llama-cpp-python")
+    except Exception:
+        try:
+            import llama_cpp
+
+            return str(getattr(llama_cpp, "__version__", "unknown"))
+        except Exception:
+            return "unknown"
+
+
+def about_lines() -> list[str]:
+    """Version, platform and backend, one ``key: value`` per line."""
+    from gambit.engine.backend import detect_backend
+
+    info = detect_backend()
+    lines = [
+        f"gambit: {__version__}",
+        f"python: {platform.python_version()} on {platform.platform()} ({platform.machine()})",
+        f"bundle: {'frozen (installed app)' if getattr(sys, 'frozen', False) else 'no (Python)'}",
+        f"llama-cpp-python: {llama_cpp_version()}",
+        f"backend: {info.summary}",
+        f"gpu offload: {'yes' if info.gpu_offload else 'no'}",
+        f"cpu features: {', '.join(info.cpu_features) or 'none detected'}",
+    ]
+    devices = getattr(info, "devices", None)  # device names, where the backend reports them
+    if devices:
+        lines.append(f"devices: {', '.join(str(d) for d in devices)}")
+    lines.append(f"system info: {info.system_info}")
+    lines.append(f"log folder: {log_dir()}")
+    return lines
+
+
+def _qt_check() -> tuple[str, str | None]:
+    """Import Qt and the UI modules (no widgets); returns (description, problem)."""
+    try:
+        import PySide6
+        from PySide6 import QtCharts, QtWidgets  # noqa: F401  (the modules must load)
+        from PySide6.QtCore import QLibraryInfo
+
+        import gambit.ui.main_window  # noqa: F401  (the whole UI is bundled)
+    except Exception as exc:
+        return "not usable", f"Qt or the UI failed to load: {type(exc).__name__}: {exc}"
+    plugins = Path(QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath)) / "platforms"
+    names = sorted(
+        p.name.split(".")[0].removeprefix("lib").removeprefix("q")
+        for p in plugins.glob("*")
+        if p.suffix in {".so", ".dylib", ".dll"}
+    )
+    desc = f"PySide6 {PySide6.__version__}, QtWidgets + QtCharts ok, platforms: {', '.join(names)}"
+    if not names:
+        return desc, f"no Qt platform plugins in {plugins}"
+    return desc, None
+
+
+# ------------------------------------------------------------------- runs
+def _run(
+    label: str,
+    target: Path,
+    drafter: DrafterKind,
+    draft: Path | None,
+    args: argparse.Namespace,
+) -> RunResult:
+    from gambit.engine.chat import Message
+    from gambit.engine.decoder import GenerationConfig
+    from gambit.engine.metrics import GenerationStats
+    from gambit.engine.runtime import RuntimeOptions
+    from gambit.engine.sampling import SamplingParams
+    from gambit.engine.session import Engine, EngineConfig
+
+    options = RuntimeOptions(n_ctx=args.ctx, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
+    config = EngineConfig(
+        target=target,
+        drafter=drafter,
+        draft=draft,
+        target_options=options,
+        policy="fixed" if drafter != "none" else "off",
+        gamma=GAMMA if drafter != "none" else 0,
+        gamma_max=max(GAMMA, 1),
+    )
+    result = RunResult(label)
+    t0 = time.perf_counter()
+    engine = Engine(config)
+    try:
+        result.load_s = time.perf_counter() - t0
+        gen = GenerationConfig(
+            max_tokens=args.tokens, sampling=SamplingParams(temperature=0.0, seed=0)
+        )
+        stats = GenerationStats()
+        for rnd in engine.chat([Message("user", PROMPT)], gen):
+            if rnd.tokens and not result.tokens:
+                result.first_token_at = time.time()
+            result.tokens.extend(rnd.tokens)
+            result.text += rnd.text
+            stats.add(rnd)
+        stats.prefill_s = engine.decoder.last_prefill_s
+    finally:
+        engine.close()
+    result.tokens_per_s = stats.tokens_per_s
+    result.ttft_s = stats.ttft_s
+    result.n_drafted = stats.n_drafted
+    result.n_accepted = stats.n_accepted
+    return result
+
+
+def _describe(run: RunResult, baseline: RunResult | None) -> str:
+    parts = [
+        f"{len(run.tokens)} tokens",
+        f"{run.tokens_per_s:.1f} tok/s",
+        f"ttft {run.ttft_s * 1000:.0f} ms",
+        f"load {run.load_s:.2f} s",
+    ]
+    if run.n_drafted:
+        rate = run.n_accepted / run.n_drafted
+        parts.append(f"accepted {run.n_accepted}/{run.n_drafted} ({rate:.0%})")
+    if baseline is not None and baseline.tokens_per_s > 0:
+        parts.append(f"speedup {run.tokens_per_s / baseline.tokens_per_s:.2f}x")
+    return ", ".join(parts)
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def run_selftest(
+    args: argparse.Namespace,
+    *,
+    started_at: float | None = None,
+    out: Callable[[str], None] | None = _stdout_line,
+) -> int:
+    """Run the self-test described by ``args`` (see ``build_parser``); 0 = passed."""
+    report = Report(out)
+    report("Gambit self-test")
+    t_start = process_start_time(started_at)
+    problems: list[str] = []
+    try:
+        for line in about_lines():
+            key, _, value = line.partition(": ")
+            report(key, value)
+        if args.gpu_layers is None:
+            from gambit.engine.backend import detect_backend
+
+            args.gpu_layers = -1 if detect_backend().gpu_offload else 0
+        report("gpu layers", "all" if args.gpu_layers < 0 else args.gpu_layers)
+
+        target: Path | None = args.target
+        if target is None:
+            from gambit.models.default_model import default_model_path
+
+            target = default_model_path()
+        size_mb = target.stat().st_size / 1e6 if target.is_file() else 0.0
+        report("model", f"{target} ({size_mb:.1f} MB)")
+        if args.draft is not None:
+            report("draft model", args.draft)
+
+        runs: list[RunResult] = []
+        plain = _run("target only", target, "none", None, args)
+        runs.append(plain)
+        report("load time", f"{plain.load_s:.2f} s")
+        report(
+            "cold start to first token",
+            f"{plain.first_token_at - t_start:.2f} s (process start to the first reply token)",
+        )
+        report("run target only", _describe(plain, None))
+        report("reply", repr(plain.text[:120]))
+        runs.append(_run("prompt lookup", target, "lookup", None, args))
+        report("run prompt lookup", _describe(runs[-1], plain))
+        if args.draft is not None:
+            runs.append(_run("draft model", target, "draft", args.draft, args))
+            report("run draft model", _describe(runs[-1], plain))
+
+        if not plain.tokens:
+            problems.append("the model generated no tokens")
+        for run in runs[1:]:
+            if run.tokens == plain.tokens:
+                report(f"check {run.label}", f"identical to target only ({len(run.tokens)} tokens)")
+            else:
+                at = _first_difference(run.tokens, plain.tokens)
+                msg = (
+                    f"{run.label} differs from target only at token {at} "
+                    f"({len(run.tokens)} vs {len(plain.tokens)} tokens)"
+                )
+                report(f"check {run.label}", "MISMATCH: " + msg)
+                problems.append(msg)
+
+        if args.qt:
+            qt_desc, qt_problem = _qt_check()
+            report("qt", qt_desc)
+            if qt_problem:
+                problems.append(qt_problem)
+    except GambitError as exc:  # an expected failure: its message says it all
+        problems.append(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:
+        log.exception("self-test failed")
+        problems.append(f"{type(exc).__name__}: {exc}")
+
+    report("result", "PASS" if not problems else "FAIL: " + "; ".join(problems))
+    saved = report.save()
+    if saved is not None and out is not None:
+        out(f"report: {saved}")
+    return 0 if not problems else 1
+
+
+def build_parser(prog: str = "gambit --self-test") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0] if __doc__ else "")
+    p.add_argument("--target", type=Path, help="model to test (default: the embedded model)")
+    p.add_argument("--draft", type=Path, help="also test speculation with this draft model")
+    p.add_argument(
+        "--tokens",
+        type=int,
+        default=DEFAULT_TOKENS,
+        help=f"reply length (default {DEFAULT_TOKENS})",
+    )
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=int, default=1024, help="context size (default 1024)")
+    p.add_argument(
+        "--gpu-layers",
+        type=int,
+        default=None,
+        help="layers on the GPU, -1 for all (default: all when the build can offload)",
+    )
+    p.add_argument("--no-qt", dest="qt", action="store_false", help="skip the Qt import check")
+    p.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, *, started_at: float | None = None) -> int:
+    """``python -m gambit.selftest``; ``gambit --self-test`` lands here too."""
+    args = build_parser().parse_args(argv)
+    from gambit.logs import setup_logging
+
+    setup_logging(args.verbose)
+    return run_selftest(args, started_at=started_at)
+
+
+def about_main() -> int:
+    """``gambit --about``."""
+    try:
+        for line in about_lines():
+            _stdout_line(line)
+    except Exception as exc:
+        _stdout_line(f"error: {type(exc).__name__}: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
