@@ -13,11 +13,13 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import gguf
 import pytest
 
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.models.default_model import default_model_path
 from gambit.models.derive import requantize
+from gguf_fixtures import change_token, copy_gguf
 
 MODEL_CACHE = Path(
     os.environ.get("GAMBIT_TEST_MODELS", Path.home() / ".cache" / "gambit-test-models")
@@ -63,3 +65,9 @@ def rt_q8_0(smol_q8_0: Path) -> Iterator[ModelRuntime]:
 def rt_f16(smol_f16: Path) -> Iterator[ModelRuntime]:
     with ModelRuntime(smol_f16, TEST_OPTIONS) as rt:
         yield rt
+
+
+@pytest.fixture(scope="session")
+def changed_tokenizer(tmp_path_factory: pytest.TempPathFactory, smol_q4_1: Path) -> Path:
+    dst = tmp_path_factory.mktemp("changed-tokenizer") / "smol-changed-vocab.Q4_1.gguf"
+    return copy_gguf(gguf.GGUFReader(smol_q4_1, "r"), dst, change_token)

@@ -85,22 +85,15 @@ def run_once(
     engine.decoder.speculation_enabled = controller is not None
     if controller is not None:
         engine.use_controller(controller)
-    d0 = _decode_seconds(engine)
+    d0 = engine.decode_seconds
     stats = GenerationStats()
     tokens: list[int] = []
     for rnd in engine.chat([Message("user", prompt)], config):
         stats.add(rnd)
         tokens.extend(rnd.tokens)
     stats.prefill_s = engine.decoder.last_prefill_s
-    stats.decode_s = _decode_seconds(engine) - d0
+    stats.decode_s = engine.decode_seconds - d0
     return stats, tokens
-
-
-def _decode_seconds(engine: Engine) -> float:
-    total = engine.target.decode_seconds
-    if engine.draft_runtime is not None:
-        total += engine.draft_runtime.decode_seconds
-    return total
 
 
 @dataclass

@@ -190,7 +190,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: cancel.set())  # Ctrl-C stops at the next round
     with _Closing(Engine(_engine_config(args))) as engine:
         config = GenerationConfig(max_tokens=args.max_tokens, sampling=_sampling(args))
-        d0 = _decode_seconds(engine)
+        d0 = engine.decode_seconds
         if args.raw:
             rounds = engine.complete(args.prompt, config, cancel)
         else:
@@ -206,16 +206,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
             stop = rnd.stop
         sys.stdout.write("\n")
         stats.prefill_s = engine.decoder.last_prefill_s
-        stats.decode_s = _decode_seconds(engine) - d0
+        stats.decode_s = engine.decode_seconds - d0
         print(_stats_line(engine, stats, stop.value if stop else "?"), file=sys.stderr)
     return 130 if cancel.is_set() else 0
-
-
-def _decode_seconds(engine: Engine) -> float:
-    total = engine.target.decode_seconds
-    if engine.draft_runtime is not None:
-        total += engine.draft_runtime.decode_seconds
-    return total
 
 
 def _stats_line(engine: Engine, s: GenerationStats, stop: str) -> str:

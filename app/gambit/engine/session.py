@@ -78,6 +78,14 @@ class Engine:
         self.decoder = SpeculativeDecoder(self.target, drafter, self.controller)
         self._chat: ChatPromptBuilder | None = None
 
+    @property
+    def decode_seconds(self) -> float:
+        """Time spent inside llama.cpp so far, target and draft together."""
+        total = self.target.decode_seconds
+        if self.draft_runtime is not None:
+            total += self.draft_runtime.decode_seconds
+        return total
+
     def measure_costs(self) -> CostModel:
         """Calibrate t_target(k) and the draft step on this machine (well under a
         second for small models); skipped without a drafter, where rounds
