@@ -38,7 +38,6 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QFileDialog,
-    QFormLayout,
     QFrame,
     QGroupBox,
     QHBoxLayout,
@@ -186,19 +185,6 @@ def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
 # ------------------------------------------------------------------------ widgets
 
 
-def _muted(text: str = "", parent: QWidget | None = None) -> QLabel:
-    """A short help text: smaller, word-wrapped, between text and background colour."""
-    label = QLabel(text, parent)
-    label.setWordWrap(True)
-    font = label.font()
-    font.setPointSizeF(max(font.pointSizeF() * 0.88, 7.0))
-    label.setFont(font)
-    palette = label.palette()
-    palette.setColor(QPalette.ColorRole.WindowText, theme.muted(palette))
-    label.setPalette(palette)
-    return label
-
-
 def _value_label() -> QLabel:
     label = QLabel()
     label.setWordWrap(True)
@@ -206,17 +192,6 @@ def _value_label() -> QLabel:
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
     return label
-
-
-def _form() -> QFormLayout:
-    form = QFormLayout()
-    form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
-    form.setFormAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
-    form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-    form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.DontWrapRows)
-    form.setHorizontalSpacing(12)
-    form.setVerticalSpacing(6)
-    return form
 
 
 def _button(text: str, name: str) -> QPushButton:
@@ -744,7 +719,7 @@ class ModelsDialog(QDialog):
 
         self.error_label = _message_label("errorLabel")
 
-        self.choice_label = _muted()
+        self.choice_label = theme.muted_label()
         self.choice_label.setObjectName("choiceLabel")
         self.choice_label.setTextFormat(Qt.TextFormat.RichText)
         self.buttons = QDialogButtonBox(
@@ -798,7 +773,7 @@ class ModelsDialog(QDialog):
         self.table.sortByColumn(COL_NAME, Qt.SortOrder.AscendingOrder)
         self.table.currentCellChanged.connect(self._on_current_changed)
 
-        self.empty_label = _muted(
+        self.empty_label = theme.muted_label(
             "No models yet. Import a .gguf file or add a folder that holds some; "
             "the Catalog tab lists known-good pairs to download."
         )
@@ -835,7 +810,7 @@ class ModelsDialog(QDialog):
         row.addStretch(1)
         row.addWidget(self.remove_button)
         row.addWidget(self.rescan_button)
-        folder_note = _muted(f"Gambit's models folder: {self.library.models_dir}")
+        folder_note = theme.muted_label(f"Gambit's models folder: {self.library.models_dir}")
         folder_note.setObjectName("modelsFolderLabel")
         folder_note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
 
@@ -948,7 +923,9 @@ class ModelsDialog(QDialog):
         drafts.setSpacing(4)
         drafts.addWidget(self.drafts_list)
         drafts.addWidget(
-            _muted("Same tokenizer and smaller, smallest first: the first is the suggestion.")
+            theme.muted_label(
+                "Same tokenizer and smaller, smallest first: the first is the suggestion."
+            )
         )
         self.drafts_group = QGroupBox("Compatible drafts in the library")
         self.drafts_group.setLayout(drafts)
@@ -981,7 +958,7 @@ class ModelsDialog(QDialog):
         derive = QVBoxLayout()
         derive.setSpacing(6)
         derive.addWidget(
-            _muted(
+            theme.muted_label(
                 "A copy of this model with fewer bits per weight: the very same tokenizer, "
                 "so it always pairs. Fewer bits draft faster but are accepted less often. "
                 "Written to Gambit's models folder and registered as this model's draft."
@@ -995,7 +972,7 @@ class ModelsDialog(QDialog):
 
         # -- details
         self._details: dict[str, QLabel] = {}
-        form = _form()
+        form = theme.form_layout(labels_on_top_row=True, vertical_spacing=6)
         for key, label in (
             ("name", "Name"),
             ("origin", "Origin"),
@@ -1028,7 +1005,7 @@ class ModelsDialog(QDialog):
         return pane
 
     def _catalog_page(self) -> QWidget:
-        intro = _muted(
+        intro = theme.muted_label(
             "Known-good target and draft pairs on Hugging Face. Downloads go to Gambit's "
             "models folder and resume where they stopped. Without network, download the "
             "files on another machine and use Import file… on the Library tab."
@@ -1050,7 +1027,7 @@ class ModelsDialog(QDialog):
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.catalog_table.currentCellChanged.connect(self._on_catalog_row)
-        self.catalog_details = _muted()
+        self.catalog_details = theme.muted_label()
         self.catalog_details.setObjectName("catalogDetails")
         self.catalog_details.setTextFormat(Qt.TextFormat.PlainText)
         self.catalog_details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -57,20 +57,6 @@ MIN_WIDTH = 560
 _INT_MAX = 2**31 - 1
 
 
-def _muted(text: str, parent: QWidget | None = None) -> QLabel:
-    """A short help text: smaller, word-wrapped, in a colour between text and background."""
-    label = QLabel(text, parent)
-    label.setWordWrap(True)
-    font = label.font()
-    font.setPointSizeF(max(font.pointSizeF() * 0.88, 7.0))
-    label.setFont(font)
-    palette = label.palette()
-    palette.setColor(QPalette.ColorRole.WindowText, theme.muted(palette))
-    label.setPalette(palette)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.NoTextInteraction)
-    return label
-
-
 def _with_help(field: QWidget | QHBoxLayout | QVBoxLayout, help_text: str) -> QWidget:
     """``field`` with a muted help line right under it, as one form-layout field."""
     box = QWidget()
@@ -84,20 +70,11 @@ def _with_help(field: QWidget | QHBoxLayout | QVBoxLayout, help_text: str) -> QW
         column.addWidget(field)
     else:
         column.addLayout(field)
-    column.addWidget(_muted(help_text, box))
+    help_label = theme.muted_label(help_text, box)
+    help_label.setTextInteractionFlags(Qt.TextInteractionFlag.NoTextInteraction)
+    column.addWidget(help_label)
     column.addStretch(1)  # spare height goes below the help, not between the two
     return box
-
-
-def _form() -> QFormLayout:
-    form = QFormLayout()
-    form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-    form.setFormAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
-    form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-    form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.DontWrapRows)
-    form.setHorizontalSpacing(12)
-    form.setVerticalSpacing(10)
-    return form
 
 
 def _group(title: str, form: QFormLayout) -> QGroupBox:
@@ -288,7 +265,7 @@ class SettingsDialog(QDialog):
         ):
             self.drafter_group.addButton(radio)
             drafters.addWidget(radio, 0, Qt.AlignmentFlag.AlignLeft)
-            help_label = _muted(help_text)
+            help_label = theme.muted_label(help_text)
             help_label.setContentsMargins(22, 0, 0, 4)
             drafters.addWidget(help_label)
         self.drafter_group.buttonToggled.connect(self._update_enabled)
@@ -301,7 +278,7 @@ class SettingsDialog(QDialog):
             self.draft_model_edit, "draftModelBrowse", "Choose the draft model"
         )
 
-        models = _form()
+        models = theme.form_layout()
         models.addRow(_label("target_model"), target_row)
         drafter_label = QLabel(_label("drafter"))
         drafter_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
@@ -317,7 +294,7 @@ class SettingsDialog(QDialog):
         self.gpu_layers_target_spin = _spin("gpuLayersTargetSpin", -1, 9999, special="All")
         self.gpu_layers_draft_spin = _spin("gpuLayersDraftSpin", -1, 9999, special="All")
 
-        runtime = _form()
+        runtime = theme.form_layout()
         runtime.addRow(
             _label("context_size"),
             _with_help(
@@ -381,7 +358,7 @@ class SettingsDialog(QDialog):
         self.show_stats_check = QCheckBox("Show statistics")
         self.show_stats_check.setObjectName("showStatsCheck")
 
-        speculation = _form()
+        speculation = theme.form_layout()
         speculation.addRow(
             _label("speculation"),
             _with_help(
@@ -422,7 +399,7 @@ class SettingsDialog(QDialog):
         display_label = QLabel("Display:")
         display_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
 
-        output = _form()
+        output = theme.form_layout()
         output.addRow("Determinism:", _with_help(self.exact_kernels_check, EXACT_KERNELS_HELP))
         output.addRow(display_label, display)
         return _page(_group("Speculative decoding", speculation), _group("Output", output))
@@ -437,7 +414,7 @@ class SettingsDialog(QDialog):
         self.max_tokens_spin = _spin("maxTokensSpin", 1, MAX_TOKENS_LIMIT, step=64)
         self.max_tokens_spin.setSuffix(" tokens")
 
-        sampling = _form()
+        sampling = theme.form_layout()
         sampling.addRow(
             _label("temperature"),
             _with_help(
@@ -464,7 +441,7 @@ class SettingsDialog(QDialog):
             _with_help(_left(self.repeat_penalty_spin), "1 is off; higher discourages repeats."),
         )
 
-        reply = _form()
+        reply = theme.form_layout()
         reply.addRow(
             _label("seed"),
             _with_help(_left(self.seed_spin), "Fix it to get the same reply for the same prompt."),
@@ -487,7 +464,7 @@ class SettingsDialog(QDialog):
         chat.setSpacing(4)
         chat.addWidget(self.system_prompt_edit, 1)
         chat.addWidget(
-            _muted(
+            theme.muted_label(
                 "Sent before every conversation to set the assistant's role and tone."
                 " Leave empty to use the model's own default."
             )

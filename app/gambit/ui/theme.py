@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QFormLayout, QLabel, QWidget
 
 Tone = Literal["good", "warn", "bad", "neutral"]
 ColourPair = tuple[str, str]
@@ -61,3 +63,29 @@ def tone_colour(tone: Tone, palette: QPalette) -> QColor:
     if tone == "neutral":
         return palette.color(QPalette.ColorRole.WindowText)
     return pick(_TONES[tone], palette)
+
+
+def muted_label(text: str = "", parent: QWidget | None = None) -> QLabel:
+    """A short help text: smaller, word-wrapped, in a colour between text and background."""
+    label = QLabel(text, parent)
+    label.setWordWrap(True)
+    font = label.font()
+    font.setPointSizeF(max(font.pointSizeF() * 0.88, 7.0))
+    label.setFont(font)
+    palette = label.palette()
+    palette.setColor(QPalette.ColorRole.WindowText, muted(palette))
+    label.setPalette(palette)
+    return label
+
+
+def form_layout(labels_on_top_row: bool = False, vertical_spacing: int = 10) -> QFormLayout:
+    """The dialogs' form layout: right-aligned labels, fields that grow."""
+    form = QFormLayout()
+    valign = Qt.AlignmentFlag.AlignTop if labels_on_top_row else Qt.AlignmentFlag.AlignVCenter
+    form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | valign)
+    form.setFormAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+    form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+    form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.DontWrapRows)
+    form.setHorizontalSpacing(12)
+    form.setVerticalSpacing(vertical_spacing)
+    return form
