@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -146,7 +146,3 @@ class ChatPromptBuilder:
         has_bos_text = rt.bos_token >= 0 and text.startswith(rt.token_text(rt.bos_token))
         add_bos = rt.add_bos and not has_bos_text
         return rt.tokenize(text, add_special=add_bos, parse_special=True)
-
-
-def as_messages(raw: Sequence[dict[str, Any]]) -> list[Message]:
-    return [Message(role=m["role"], content=str(m["content"])) for m in raw]

@@ -56,10 +56,6 @@ class CostModel:
         self.draft_ratio = 0.0  # one draft step / t1 (0 for prompt lookup)
 
     @property
-    def calibrated(self) -> bool:
-        return bool(self._seen[1])
-
-    @property
     def t_draft(self) -> float:
         """Seconds per drafted token."""
         return self.draft_ratio * self.t1

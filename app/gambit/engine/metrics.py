@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,13 +60,6 @@ class GenerationStats:
             self.gaps_s.extend([0.0] * (k - 1))
         self._last_emit = rnd.elapsed_s
         self.n_tokens += k
-
-    @classmethod
-    def of(cls, rounds: Iterable[Round]) -> GenerationStats:
-        stats = cls()
-        for rnd in rounds:
-            stats.add(rnd)
-        return stats
 
     @property
     def generation_s(self) -> float:

@@ -396,11 +396,6 @@ class ModelRuntime:
         raw = ll.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", "replace") if raw else None
 
-    def description(self) -> str:
-        buf = ctypes.create_string_buffer(256)
-        ll.llama_model_desc(self._model, buf, 256)
-        return buf.value.decode("utf-8", "replace")
-
     @property
     def n_params(self) -> int:
         return int(ll.llama_model_n_params(self._model))

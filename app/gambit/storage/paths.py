@@ -34,11 +34,6 @@ def config_dir() -> Path:
     )
 
 
-def cache_dir() -> Path:
-    home = _home()
-    return home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
-
-
 def log_dir() -> Path:
     home = _home()
     return home / "logs" if home else Path(platformdirs.user_log_dir(APP_NAME, appauthor=False))
