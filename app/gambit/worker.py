@@ -46,7 +46,7 @@ class ReplyDelta:
 
     text: str
     drafted: tuple[bool, ...]
-    snapshot: MetricsSnapshot
+    snapshot: MetricsSnapshot | None  # None between SNAPSHOT_INTERVAL_S ticks
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,10 @@ class ReplyResult:
     @property
     def stopped_early(self) -> bool:
         return self.stop == StopReason.CANCELLED.value
+
+
+# The stats panel repaints every 100 ms; half that keeps it current.
+SNAPSHOT_INTERVAL_S = 0.05
 
 
 class EngineWorker(QObject):
@@ -138,6 +142,7 @@ class EngineWorker(QObject):
             return
         self._cancel.clear()
         speculated = engine.decoder.speculation_enabled and engine.drafter is not None
+        next_snapshot = 0.0
         try:
             for rnd in engine.chat(messages, config, self._cancel):
                 tracker.add(rnd)
@@ -145,7 +150,13 @@ class EngineWorker(QObject):
                     text_parts.append(rnd.text)
                     flags = _char_flags(engine, rnd.tokens, rnd.n_accepted, rnd.text)
                     drafted.extend(flags)
-                    self.delta.emit(ReplyDelta(rnd.text, flags, self._snapshot(engine, tracker)))
+                    # A snapshot (percentiles over every gap so far) only as
+                    # often as the panel can show it, not once per round.
+                    snapshot = None
+                    if rnd.elapsed_s >= next_snapshot:
+                        snapshot = self._snapshot(engine, tracker)
+                        next_snapshot = rnd.elapsed_s + SNAPSHOT_INTERVAL_S
+                    self.delta.emit(ReplyDelta(rnd.text, flags, snapshot))
                 if rnd.stop is not None:
                     stop = rnd.stop.value
             self.finished.emit(

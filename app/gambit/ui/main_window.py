@@ -311,7 +311,8 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def _on_delta(self, delta: ReplyDelta) -> None:
         self.chat.add_to_reply(delta.text, delta.drafted)
-        self.stats.set_snapshot(delta.snapshot)
+        if delta.snapshot is not None:
+            self.stats.set_snapshot(delta.snapshot)
 
     @Slot(object)
     def _on_finished(self, result: ReplyResult) -> None:
