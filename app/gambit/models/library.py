@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from gambit.models.gguf_file import check_model_file
 from gambit.models.info import ModelInfo, inspect_model
 from gambit.models.pairing import compatible_drafts
 from gambit.storage import paths
+from gambit.storage.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -401,20 +401,7 @@ class ModelLibrary:
         return data
 
     def _save(self, data: dict[str, Any]) -> None:
-        self.index_path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(
-            dir=self.index_path.parent, prefix=f".{self.index_path.name}.", suffix=".tmp"
-        )
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.index_path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(self.index_path, json.dumps(data, indent=1, sort_keys=True))
 
     @contextlib.contextmanager
     def _changing(self) -> Iterator[dict[str, Any]]:

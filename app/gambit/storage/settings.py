@@ -8,13 +8,11 @@ mid-save leaves the old file, never half a new one).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import math
 import os
-import tempfile
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import DrafterKind, EngineConfig
 from gambit.errors import GambitError
 from gambit.storage import paths
+from gambit.storage.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -361,22 +360,8 @@ class SettingsStore:
         """Write ``settings``: a temporary file in the same folder, then renamed
         over the old one, so a reader sees the old file or the new, never part."""
         text = json.dumps(dataclasses.asdict(settings), indent=2, ensure_ascii=False) + "\n"
-        folder = self.path.parent
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                    f.write(text)
-                    f.flush()
-                    # On disk before the rename: otherwise a power cut can leave
-                    # the renamed file empty on some file systems (ext4, APFS).
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            write_atomic(self.path, text)
         except OSError as exc:
             raise SettingsError(
                 f"Could not save the settings to {self.path}: {exc.strerror or exc}."
