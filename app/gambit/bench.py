@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,49 +98,27 @@ def run_once(
 
 @dataclass
 class ModeTotals:
-    runs: int = 0
-    n_tokens: int = 0
-    generation_s: float = 0.0
-    elapsed_s: float = 0.0
-    decode_s: float = 0.0
-    n_drafted: int = 0
-    n_accepted: int = 0
-    n_rounds: int = 0
-    n_spec_rounds: int = 0
-    ttft_s: float = 0.0
+    """One mode's figures over many prompts."""
 
-    def __post_init__(self) -> None:
-        self.gaps_s: list[float] = []
+    runs: int = 0
+    stats: GenerationStats = field(default_factory=GenerationStats)
 
     def add(self, s: GenerationStats) -> None:
         self.runs += 1
-        self.n_tokens += s.n_tokens
-        self.generation_s += s.generation_s
-        self.elapsed_s += s.elapsed_s
-        self.decode_s += s.decode_s
-        self.n_drafted += s.n_drafted
-        self.n_accepted += s.n_accepted
-        self.n_rounds += s.n_rounds
-        self.n_spec_rounds += s.n_spec_rounds
-        self.ttft_s += s.ttft_s
-        self.gaps_s.extend(s.gaps_s)
+        self.stats.merge(s)
 
     def figures(self) -> dict[str, float]:
-        import numpy as np
-
-        gaps = np.array(self.gaps_s) if self.gaps_s else np.zeros(1)
+        s = self.stats
         return {
-            "tokens": self.n_tokens,
-            "tokens_per_s": self.n_tokens / self.generation_s if self.generation_s else 0.0,
-            "acceptance_rate": self.n_accepted / self.n_drafted if self.n_drafted else 0.0,
-            "mean_accepted": self.n_accepted / self.n_spec_rounds if self.n_spec_rounds else 0.0,
-            "tokens_per_round": self.n_tokens / self.n_rounds if self.n_rounds else 0.0,
-            "p50_ms": float(np.percentile(gaps, 50) * 1000),
-            "p99_ms": float(np.percentile(gaps, 99) * 1000),
-            "ttft_ms": self.ttft_s / self.runs * 1000 if self.runs else 0.0,
-            "overhead_share": max(0.0, 1 - self.decode_s / self.elapsed_s)
-            if self.elapsed_s
-            else 0.0,
+            "tokens": s.n_tokens,
+            "tokens_per_s": s.tokens_per_s,
+            "acceptance_rate": s.acceptance_rate,
+            "mean_accepted": s.mean_accepted,
+            "tokens_per_round": s.tokens_per_round,
+            "p50_ms": s.latency_ms(50),
+            "p99_ms": s.latency_ms(99),
+            "ttft_ms": s.ttft_s / self.runs * 1000 if self.runs else 0.0,
+            "overhead_share": s.overhead_share,
         }
 
 

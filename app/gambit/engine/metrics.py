@@ -61,6 +61,15 @@ class GenerationStats:
         self._last_emit = rnd.elapsed_s
         self.n_tokens += k
 
+    def merge(self, other: GenerationStats) -> None:
+        """Fold another generation in: totals over many prompts (ttft_s sums)."""
+        for name in (
+            "n_tokens", "n_rounds", "n_spec_rounds", "n_drafted", "n_accepted", "ttft_s",
+            "prefill_s", "elapsed_s", "decode_s", "t_draft_s", "t_verify_s",
+        ):  # fmt: skip
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.gaps_s.extend(other.gaps_s)
+
     @property
     def generation_s(self) -> float:
         return max(self.elapsed_s - self.prefill_s, 1e-9)
