@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -170,3 +172,80 @@ def test_unmeasured_batch_sizes_are_interpolated() -> None:
     empty = CostModel(9)
     assert empty.verify_cost(4) == 4.0
     assert np.isfinite(GammaController(empty).decision.best_speedup)
+
+
+# ------------------------------------------------------------------ token trees
+
+
+def tree_costs(slope: float, t_draft: float = 0.0, k_max: int = 13) -> CostModel:
+    c = CostModel(k_max)
+    for k in range(1, k_max + 1):
+        c.set_target(k, 0.010 * (1 + slope * (k - 1)))
+    c.t_draft = t_draft
+    return c
+
+
+def tree_round(
+    gamma: int, n_side: int, chain_accepted: int, side_gain: int, slope: float = 0.005
+) -> Round:
+    """A tree round: the main chain accepted ``chain_accepted`` of γ, side nodes
+    added ``side_gain``; verification timed as ``tree_costs(slope)`` says."""
+    chain = (True,) * chain_accepted + ((False,) if chain_accepted < gamma else ())
+    n_accepted = chain_accepted + side_gain
+    return Round(
+        index=0, tokens=tuple(range(n_accepted + 1)), text="", gamma=gamma,
+        n_drafted=gamma + n_side, n_accepted=n_accepted,
+        outcomes=(True,) * n_accepted + ((False,) if n_accepted < gamma else ()),
+        t_draft_s=0.0, t_verify_s=0.010 * (1 + slope * (gamma + n_side)), elapsed_s=0.0,
+        n_side=n_side, main_outcomes=chain,
+    )  # fmt: skip
+
+
+def test_cheap_batches_buy_side_nodes_within_the_node_budget() -> None:
+    # GPU-like: a batch of 12 costs 5 % more than one token.
+    ctrl = with_alpha(GammaController(tree_costs(slope=0.005), side_max=7, node_max=8), 0.7)
+    ctrl.side_gain = 0.3
+    gamma = ctrl.next_gamma()
+    side = ctrl.next_side_nodes()
+    assert gamma >= 1 and side >= 1
+    assert gamma + side <= 8
+    assert ctrl.decision.side == side
+
+
+def test_costly_batches_keep_chains() -> None:
+    # This machine's CPU: every extra token in the batch costs ~45 % of a token.
+    ctrl = with_alpha(GammaController(tree_costs(slope=0.45), side_max=7, node_max=8), 0.8)
+    ctrl.side_gain = 0.3
+    assert ctrl.next_gamma() >= 1
+    assert ctrl.next_side_nodes() == 0
+
+
+def test_side_gain_is_learned_from_tree_rounds() -> None:
+    ctrl = GammaController(tree_costs(slope=0.005), side_max=7, node_max=8)
+    assert ctrl.side_gain == GammaController.SIDE_GAIN_PRIOR
+    for _ in range(40):
+        ctrl.observe(tree_round(gamma=3, n_side=2, chain_accepted=1, side_gain=1))
+    assert ctrl.side_gain == pytest.approx(0.5, abs=0.01)  # 1 token per 2 side nodes
+    for _ in range(40):
+        ctrl.observe(tree_round(gamma=3, n_side=4, chain_accepted=1, side_gain=0))
+    assert ctrl.side_gain < 0.01
+    # The chain's own acceptance saw only the main chain: 1 of 2 positions each time.
+    assert ctrl.acceptance.alpha[0] > 0.95 and ctrl.acceptance.alpha[1] < 0.05
+    assert ctrl.next_gamma() == 1
+    assert ctrl.next_side_nodes() == 0  # side nodes that never win are not bought
+
+
+def test_fixed_tree_shape() -> None:
+    ctrl = GammaController(
+        tree_costs(slope=0.45), mode="fixed", fixed_gamma=3, side_max=7, fixed_side=2, node_max=8
+    )
+    assert (ctrl.next_gamma(), ctrl.next_side_nodes()) == (3, 2)
+    assert "3 + 2 side" in ctrl.decision.reason
+
+
+def test_draft_cost_counts_only_the_chain() -> None:
+    """Side nodes cost the drafter no decode: t_draft is per main-chain token."""
+    ctrl = GammaController(tree_costs(slope=0.1), side_max=4, node_max=8)
+    rnd = tree_round(gamma=2, n_side=3, chain_accepted=2, side_gain=0, slope=0.1)
+    ctrl.observe(dataclasses.replace(rnd, t_draft_s=0.008))
+    assert ctrl.costs.t_draft == pytest.approx(0.004)

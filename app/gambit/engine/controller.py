@@ -16,6 +16,17 @@ draft every N tokens, N doubling while probes keep failing, back to the base
 interval when one succeeds. Hysteresis (switch on above +5 %, off below
 ±0 %) keeps it from flapping on noise.
 
+Token trees add a second knob, w side nodes next to the main chain of γ.
+Their worth is measured the same way: ``side_gain`` is the running mean of
+draft tokens accepted thanks to side nodes, per side node sent, so
+
+    E[tokens | γ, w] = E[tokens | γ] + w · side_gain
+
+at a cost of γ·t_draft + t_target(γ + 1 + w). The policy picks the (γ, w)
+with the best expected rate; where a batch costs about as much as one token
+(GPUs) side nodes are nearly free and trees win, where every extra token in
+the batch costs (a small CPU) the measured gain must beat it.
+
 Everything here is measured: ``CostModel`` is calibrated at load
 (``calibrate``) and updated from every round's timings; ``AcceptanceModel``
 from every round's outcomes.
@@ -156,6 +167,7 @@ class Decision:
     expected_speedup: float  # of the chosen γ against plain decoding (1.0 when off)
     best_speedup: float  # of the best γ > 0, whether chosen or not
     reason: str
+    side: int = 0  # tree side nodes next to the main chain (0: a chain)
 
 
 PolicyMode = Literal["adaptive", "fixed", "off"]
@@ -181,6 +193,9 @@ class GammaController:
     PROBE_BASE = 16  # tokens between probes while off
     PROBE_MAX = 512
     PROBE_GAMMA = 2
+    # Before any tree round: tokens gained per side node. SpecInfer-style
+    # trees report a few tenths; the first rounds measure the real figure.
+    SIDE_GAIN_PRIOR = 0.25
 
     def __init__(
         self,
@@ -189,21 +204,31 @@ class GammaController:
         gamma_max: int = 8,
         fixed_gamma: int = 4,
         prior_alpha: float = 0.6,
+        side_max: int = 0,
+        fixed_side: int = 0,
+        node_max: int | None = None,
     ) -> None:
+        """``side_max``: most tree side nodes per round (0: chains only);
+        ``node_max``: most draft tokens per round, chain and side nodes
+        together (default γ_max + side_max)."""
         if gamma_max < 1:
             raise ValueError("gamma_max must be 1 or more")
-        if costs.k_max < gamma_max + 1:
-            raise ValueError("the cost model must cover batches of gamma_max + 1 tokens")
+        self.node_max = gamma_max + side_max if node_max is None else max(1, node_max)
+        if costs.k_max < min(self.node_max, gamma_max + side_max) + 1:
+            raise ValueError("the cost model must cover every verification batch size")
         self.mode: PolicyMode = mode
         self.gamma_max = gamma_max
         self.fixed_gamma = max(0, min(fixed_gamma, gamma_max))
+        self.side_max = max(0, side_max)
+        self.fixed_side = max(0, min(fixed_side, self.side_max))
+        self.side_gain = self.SIDE_GAIN_PRIOR
         self.costs = costs
         self.acceptance = AcceptanceModel(gamma_max, prior_alpha)
         self._probe_interval = self.PROBE_BASE
         self._tokens_since_probe = 0
         self._probing = False
         # Start from what the calibration and the prior predict.
-        self.on = self._best()[1] >= self.OFF_BELOW
+        self.on = self._best()[2] >= self.OFF_BELOW
         self.decision = self._decide()
 
     @property
@@ -213,6 +238,10 @@ class GammaController:
         return 1.0 / t1 if t1 > 0 else 0.0
 
     # -- GammaPolicy
+    def next_side_nodes(self) -> int:
+        """Side nodes for the round ``next_gamma`` just chose (0 while off or probing)."""
+        return self.decision.side if self.decision.gamma else 0
+
     def next_gamma(self) -> int:
         self.decision = self._decide()
         if self.mode != "adaptive" or self.on:
@@ -240,15 +269,19 @@ class GammaController:
 
     def observe(self, rnd: Round) -> None:
         if rnd.tokens:
-            self.costs.observe_verify(rnd.n_drafted + 1, rnd.t_verify_s)
+            self.costs.observe_verify(rnd.n_catch_up + rnd.n_drafted + 1, rnd.t_verify_s)
         if rnd.n_drafted:
             if rnd.n_draft_synced <= 2:
                 # A long catch-up (after plain rounds) is not the per-token
-                # cost of drafting in steady speculation.
-                self.costs.observe_draft(rnd.n_drafted, rnd.t_draft_s)
-            self.acceptance.observe(rnd.outcomes)
+                # cost of drafting in steady speculation. Side nodes cost the
+                # drafter nothing extra: it decodes its main chain only.
+                self.costs.observe_draft(rnd.n_drafted - rnd.n_side, rnd.t_draft_s)
+            self.acceptance.observe(rnd.chain_outcomes)
+            if rnd.n_side:
+                gain = rnd.side_gain / rnd.n_side
+                self.side_gain += ACCEPT_WEIGHT * (gain - self.side_gain)
         self._tokens_since_probe += len(rnd.tokens)
-        best = self._best()[1]
+        best = self._best()[2]
         if self._probing:
             self._probing = False
             self._tokens_since_probe = 0
@@ -267,47 +300,52 @@ class GammaController:
             self._probe_interval = self.PROBE_BASE
 
     # -- the model
-    def expected_rate(self, gamma: int) -> float:
-        """Expected tokens per second of a round with γ draft tokens."""
-        cost = gamma * self.costs.t_draft + self.costs.verify_cost(gamma + 1)
-        return self.acceptance.expected_tokens(gamma) / cost if cost > 0 else 0.0
-
-    def _round_costs(self) -> np.ndarray:
-        """Cost of a round for γ = 0..γ_max: γ·t_draft + t_target(γ+1)."""
-        g = np.arange(self.gamma_max + 1)
-        verify = np.array([self.costs.verify_cost(k) for k in range(1, self.gamma_max + 2)])
-        costs: np.ndarray = g * self.costs.t_draft + verify
-        return costs
+    def expected_rate(self, gamma: int, side: int = 0) -> float:
+        """Expected tokens per second of a round with γ draft tokens and ``side`` side nodes."""
+        cost = gamma * self.costs.t_draft + self.costs.verify_cost(gamma + 1 + side)
+        tokens = self.acceptance.expected_tokens(gamma) + (side * self.side_gain if gamma else 0.0)
+        return tokens / cost if cost > 0 else 0.0
 
     def _speedups(self, alpha: np.ndarray) -> np.ndarray:
-        """Expected speedup over plain decoding for γ = 1..γ_max, given α."""
-        costs = self._round_costs()
-        tokens = 1.0 + np.cumsum(np.cumprod(alpha))  # E[tokens | γ], γ = 1..γ_max
-        return (tokens / costs[1:]) * costs[0] if costs[0] > 0 else np.zeros(len(tokens))
+        """Expected speedup over plain decoding, shape (γ_max, side_max + 1):
+        entry [γ - 1, w] for γ draft tokens and w side nodes, given α (-inf
+        where γ + w exceeds the node budget)."""
+        g = np.arange(1, self.gamma_max + 1)[:, None]
+        w = np.arange(self.side_max + 1)[None, :]
+        k = g + w + 1  # verification batch sizes
+        verify = np.array([self.costs.verify_cost(int(n)) for n in range(1, int(k.max()) + 1)])
+        costs = g * self.costs.t_draft + verify[k - 1]
+        tokens = (1.0 + np.cumsum(np.cumprod(alpha)))[:, None] + w * self.side_gain
+        speedups: np.ndarray = tokens / costs * verify[0] if verify[0] > 0 else 0.0 * costs
+        speedups[g + w > self.node_max] = -np.inf
+        return speedups
 
     def ceiling_speedup(self) -> float:
         """The best expected speedup if every draft token were accepted."""
-        return float(self._speedups(np.ones(self.gamma_max)).max())
+        return float(self._speedups(np.ones(self.gamma_max))[:, 0].max())
 
-    def expected_speedup(self, gamma: int) -> float:
+    def expected_speedup(self, gamma: int, side: int = 0) -> float:
         plain = self.expected_rate(0)
-        return self.expected_rate(gamma) / plain if plain > 0 else 0.0
+        return self.expected_rate(gamma, side) / plain if plain > 0 else 0.0
 
-    def _best(self) -> tuple[int, float]:
+    def _best(self) -> tuple[int, int, float]:
+        """The best (γ, side nodes) and its expected speedup."""
         speedups = self._speedups(self.acceptance.alpha)
-        best = int(np.argmax(speedups))
-        return best + 1, float(speedups[best])
+        g, w = np.unravel_index(int(np.argmax(speedups)), speedups.shape)
+        return int(g) + 1, int(w), float(speedups[g, w])
 
     def _decide(self) -> Decision:
-        gamma, best = self._best()
+        gamma, side, best = self._best()
         if self.mode == "off":
             return Decision(0, 1.0, best, "off: switched off in settings")
         if self.mode == "fixed":
-            g = self.fixed_gamma
-            s = self.expected_speedup(g)
-            return Decision(g, s, best, f"fixed γ={g}: expected {s:.2f}x")
+            g, w = self.fixed_gamma, self.fixed_side if self.fixed_gamma else 0
+            s = self.expected_speedup(g, w)
+            shape = f"γ={g}" + (f" + {w} side" if w else "")
+            return Decision(g, s, best, f"fixed {shape}: expected {s:.2f}x", side=w)
         if self.on:
-            return Decision(gamma, best, best, f"on: expected {best:.2f}x")
+            shape = f" with {side} side nodes" if side else ""
+            return Decision(gamma, best, best, f"on: expected {best:.2f}x{shape}", side=side)
         return Decision(0, 1.0, best, f"off: expected {best:.2f}x")
 
 

@@ -1,10 +1,17 @@
 """The round loop: draft -> verify -> accept -> trim KV, one ``Round`` event per round.
 
-KV invariant: the target's cache holds every committed token but the last
-one. A round decodes [last committed, x_1 .. x_γ] in one batch, which yields
-the γ+1 distributions p_1..p_{γ+1} that verification needs; afterwards the
-cache is cut back to the committed tokens plus the accepted drafts. With γ = 0
-the round is exactly plain decoding: one token in, one token out.
+KV invariant: the target's cache holds the committed tokens but the last one
+(after a tree round, but the last few: see below). A round decodes [last
+committed, x_1 .. x_γ] in one batch, which yields the γ+1 distributions
+p_1..p_{γ+1} that verification needs; afterwards the cache is cut back to the
+committed tokens plus the accepted drafts. With γ = 0 the round is exactly
+plain decoding: one token in, one token out.
+
+Token trees: the batch is [last committed, every tree node], each node seeing
+only its own branch. The cache keeps the accepted part of the main chain;
+when a side branch won, its tokens are committed but not kept in the cache
+(see ModelRuntime.commit_tree), and the next round's batch decodes them
+again in front of its own tokens (``Round.n_catch_up``).
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ from typing import Protocol
 
 import numpy as np
 
-from gambit.engine.drafters.base import EMPTY_DRAFT, Drafter
+from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Drafter, TreeDrafter
 from gambit.engine.runtime import FloatRows, ModelRuntime, common_prefix_length
 from gambit.engine.sampling import Distribution, SamplingParams, process
-from gambit.engine.verify import speculative_sample
+from gambit.engine.tree import DraftTree
+from gambit.engine.verify import speculative_sample, verify_tree
 from gambit.errors import ContextOverflowError
 
 
@@ -52,6 +60,27 @@ class Round:
     elapsed_s: float  # since generate() was called, when this round was emitted
     stop: StopReason | None = None
     n_draft_synced: int = 0  # tokens the drafter decoded to catch up, within t_draft_s
+    # Token trees: ``n_drafted`` counts every node and ``outcomes`` is per
+    # depth (was one of its candidates accepted?); ``n_side`` nodes were side
+    # candidates, and ``main_outcomes`` is what the main chain alone showed.
+    n_side: int = 0
+    main_outcomes: tuple[bool, ...] | None = None
+    # Committed tokens re-decoded at the front of this round's batch (an
+    # accepted side branch of the round before); the batch held
+    # n_catch_up + 1 + n_drafted tokens.
+    n_catch_up: int = 0
+
+    @property
+    def chain_outcomes(self) -> tuple[bool, ...]:
+        """Per position of the main chain tried: accepted? (``outcomes`` for a chain)."""
+        return self.outcomes if self.main_outcomes is None else self.main_outcomes
+
+    @property
+    def side_gain(self) -> int:
+        """Draft tokens accepted beyond what the main chain alone would have given."""
+        chain = self.chain_outcomes
+        n = chain.index(False) if False in chain else len(chain)
+        return self.n_accepted - n
 
     @property
     def from_draft(self) -> tuple[bool, ...]:
@@ -65,15 +94,23 @@ class GammaPolicy(Protocol):
 
     def next_gamma(self) -> int: ...
 
+    def next_side_nodes(self) -> int:
+        """Side nodes for this round's tree (0: a chain); read after ``next_gamma``."""
+        ...
+
     def observe(self, rnd: Round) -> None: ...
 
 
 @dataclass
 class FixedGamma:
     gamma: int
+    side: int = 0
 
     def next_gamma(self) -> int:
         return self.gamma
+
+    def next_side_nodes(self) -> int:
+        return self.side
 
     def observe(self, rnd: Round) -> None:
         pass
@@ -107,6 +144,26 @@ class _TargetRows(Sequence[Distribution]):
             n = self._sampling.repeat_last_n
             recent = (self._context[-n:] + self._x[:i])[-n:]
         return process(self._rows[i], self._sampling, recent)
+
+
+class _TreeRows:
+    """The target's distribution at each row of a tree batch, processed on demand."""
+
+    def __init__(
+        self, rows: FloatRows, sampling: SamplingParams, context: list[int], tree: DraftTree
+    ) -> None:
+        self._rows = rows
+        self._sampling = sampling
+        self._context = context
+        self._tree = tree
+        self._penalised = sampling.repeat_penalty != 1.0 and sampling.repeat_last_n > 0
+
+    def __call__(self, row: int, path: Sequence[int]) -> Distribution:
+        recent: Sequence[int] = ()
+        if self._penalised:
+            n = self._sampling.repeat_last_n
+            recent = (self._context[-n:] + [self._tree.tokens[i] for i in path])[-n:]
+        return process(self._rows[row], self._sampling, recent)
 
 
 class _TextStream:
@@ -210,30 +267,60 @@ class SpeculativeDecoder:
             if cancel is not None and cancel.is_set():
                 yield self._final(index, stream, StopReason.CANCELLED, t_start)
                 return
-            room = target.n_ctx - len(target.kv_tokens)  # free KV slots
-            if room < 1:
+            pending = context[len(target.kv_tokens) :]  # committed, not yet in the cache
+            room = target.n_ctx - len(target.kv_tokens) - len(pending)  # slots left for drafts
+            if room < 0:
                 yield self._final(index, stream, StopReason.CONTEXT_FULL, t_start)
                 return
             remaining = config.max_tokens - n_generated
             gamma = 0
             if self.drafter is not None and self.speculation_enabled:
-                gamma = max(0, min(self.policy.next_gamma(), remaining - 1, room - 1))
+                gamma = max(0, min(self.policy.next_gamma(), remaining - 1, room))
+
+            n_side = 0
+            if gamma > 0 and isinstance(self.drafter, TreeDrafter):
+                n_side = max(0, min(
+                    self.policy.next_side_nodes(),
+                    target.n_seq_max - 1,  # one KV sequence per leaf
+                    room - gamma,
+                    target.n_batch - len(pending) - gamma,
+                ))  # fmt: skip
 
             t0 = time.perf_counter()
-            draft = (
-                self.drafter.draft(context, gamma, sampling, rng_dft)
-                if gamma > 0 and self.drafter is not None
-                else EMPTY_DRAFT
-            )
-            x = list(draft.tokens[:gamma])
+            tree: DraftTree | None = None
+            if n_side > 0:
+                assert isinstance(self.drafter, TreeDrafter)
+                tree = self.drafter.draft_tree(context, gamma, n_side, sampling, rng_dft)
+                draft = Draft(tree.tokens, list(tree.q) if tree.q else None, tree.n_synced)
+                if tree.n_side == 0:
+                    tree = None  # nothing to branch on: verify it as the chain it is
+            elif gamma > 0 and self.drafter is not None:
+                draft = self.drafter.draft(context, gamma, sampling, rng_dft)
+            else:
+                draft = EMPTY_DRAFT
             t1 = time.perf_counter()
-            n_rows = target.decode([context[-1], *x], all_logits=True)
-            p_i = _TargetRows(target.logits_rows(n_rows), sampling, context, x)
-            verdict = speculative_sample(x, draft.q, p_i, rng)
-            target.truncate(len(context) + verdict.n_accepted)
+            main_outcomes: tuple[bool, ...] | None = None
+            if tree is None:
+                x = list(draft.tokens[:gamma])
+                n_rows = target.decode([*pending, *x], n_logits=len(x) + 1)
+                p_i = _TargetRows(target.logits_rows(n_rows), sampling, context, x)
+                verdict = speculative_sample(x, draft.q, p_i, rng)
+                target.truncate(len(context) + verdict.n_accepted)
+                accepted, token, outcomes = x[: verdict.n_accepted], verdict.token, verdict.outcomes
+            else:
+                x = list(tree.tokens)
+                n_rows = target.decode_tree(pending, tree.tokens, tree.parents)
+                p_at = _TreeRows(target.logits_rows(n_rows), sampling, context, tree)
+                tree_verdict = verify_tree(tree, p_at, rng)
+                path = tree_verdict.path
+                n_main = next((i for i, node in enumerate(path) if node != i), len(path))
+                target.commit_tree(n_main)
+                accepted = [tree.tokens[i] for i in tree_verdict.path]
+                token, outcomes = tree_verdict.token, tree_verdict.outcomes
+                main_outcomes = tree_verdict.main_outcomes
             t2 = time.perf_counter()
 
-            new = [*x[: verdict.n_accepted], verdict.token]
+            new = [*accepted, token]
             for j, tok in enumerate(new):
                 if target.is_eog(tok):
                     new = new[: j + 1]
@@ -257,13 +344,16 @@ class SpeculativeDecoder:
                 text=text,
                 gamma=gamma,
                 n_drafted=len(x),
-                n_accepted=verdict.n_accepted,
-                outcomes=verdict.outcomes,
+                n_accepted=len(accepted),
+                outcomes=outcomes,
                 t_draft_s=t1 - t0,
                 t_verify_s=t2 - t1,
                 elapsed_s=time.perf_counter() - t_start,
                 stop=stop,
                 n_draft_synced=draft.n_synced,
+                n_side=tree.n_side if tree is not None else 0,
+                main_outcomes=main_outcomes,
+                n_catch_up=len(pending) - 1,
             )
             self.policy.observe(rnd)
             yield rnd

@@ -8,7 +8,11 @@
   the previous token arrived. Tokens that arrive together in one round count
   as one gap of the round's duration followed by gaps of 0, because that is
   what the reader sees. p50 / p99 are percentiles of these gaps.
-- acceptance_rate: accepted draft tokens / drafted tokens.
+- acceptance_rate: accepted draft tokens / drafted tokens (a tree's side
+  nodes count as drafted).
+- acceptance_by_position: for each depth d, the share of rounds that reached
+  depth d in which a draft token at depth d was accepted (for a chain: the
+  per-position acceptance α_d).
 - mean_accepted: accepted draft tokens per round that drafted anything.
 - tokens_per_round: reply tokens per target pass (1 for plain decoding).
 - overhead_share: share of wall time spent outside ``llama_decode`` (Python,
@@ -38,6 +42,8 @@ class GenerationStats:
     decode_s: float = 0.0  # time inside llama_decode, all models
     t_draft_s: float = 0.0
     t_verify_s: float = 0.0
+    n_side: int = 0  # tree side nodes verified
+    side_gain: int = 0  # draft tokens accepted thanks to side nodes
     gaps_s: list[float] = field(default_factory=list)
     _last_emit: float | None = None
 
@@ -48,6 +54,8 @@ class GenerationStats:
         self.n_spec_rounds += 1 if rnd.n_drafted else 0
         self.t_draft_s += rnd.t_draft_s
         self.t_verify_s += rnd.t_verify_s
+        self.n_side += rnd.n_side
+        self.side_gain += rnd.side_gain if rnd.n_side else 0
         self.elapsed_s = rnd.elapsed_s
         k = len(rnd.tokens)
         if k == 0:
@@ -65,7 +73,8 @@ class GenerationStats:
         """Fold another generation in: totals over many prompts (ttft_s sums)."""
         for name in (
             "n_tokens", "n_rounds", "n_spec_rounds", "n_drafted", "n_accepted", "ttft_s",
-            "prefill_s", "elapsed_s", "decode_s", "t_draft_s", "t_verify_s",
+            "prefill_s", "elapsed_s", "decode_s", "t_draft_s", "t_verify_s", "n_side",
+            "side_gain",
         ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.gaps_s.extend(other.gaps_s)
@@ -128,6 +137,10 @@ class MetricsSnapshot:
     p99_ms: float
     draft_time_share: float
     elapsed_s: float
+    tree: bool = False  # the engine drafts token trees
+    side_nodes: int = 0  # side nodes the controller chose next to the chain of γ
+    n_side: int = 0  # side nodes drafted in this reply
+    side_gain: int = 0  # draft tokens accepted thanks to side nodes in this reply
 
 
 class MetricsTracker:
@@ -153,9 +166,15 @@ class MetricsTracker:
             self._accepted[i] += ok
 
     def snapshot(
-        self, baseline_tokens_per_s: float, gamma: int = 0, gamma_reason: str = ""
+        self,
+        baseline_tokens_per_s: float,
+        gamma: int = 0,
+        gamma_reason: str = "",
+        *,
+        tree: bool = False,
+        side_nodes: int = 0,
     ) -> MetricsSnapshot:
-        """``gamma``/``gamma_reason``: the controller's current decision."""
+        """``gamma``/``gamma_reason``/``side_nodes``: the controller's current decision."""
         s = self.stats
         w = list(self._window)
         rolling_tps = 0.0
@@ -194,4 +213,8 @@ class MetricsTracker:
             p99_ms=float(p99),
             draft_time_share=draft_share,
             elapsed_s=s.elapsed_s,
+            tree=tree,
+            side_nodes=side_nodes,
+            n_side=s.n_side,
+            side_gain=s.side_gain,
         )

@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,9 @@ class RuntimeOptions:
     # Cost measured here: ~8 % slower single-token decoding at 200-600 tokens
     # of context (SmolLM2 Q8_0, 2 threads).
     strict_batch_invariance: bool = True
+    # Most KV sequences in use at once: 1 for chains; a token tree needs one
+    # per leaf (``decode_tree``), all in one unified cache.
+    n_seq_max: int = 1
 
 
 class ModelRuntime:
@@ -181,7 +185,10 @@ class ModelRuntime:
         cparams.n_ctx = opts.n_ctx
         cparams.n_batch = opts.n_batch
         cparams.n_ubatch = opts.n_batch
-        cparams.n_seq_max = 1
+        cparams.n_seq_max = max(1, opts.n_seq_max)
+        # Tree branches share the committed prefix's cells: one unified cache
+        # (per-sequence streams would each get n_ctx / n_seq_max cells).
+        cparams.kv_unified = opts.n_seq_max > 1
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
@@ -204,7 +211,9 @@ class ModelRuntime:
         self._mem = ll.llama_get_memory(self._ctx)
         self.vocab = ll.llama_model_get_vocab(self._model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
-        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)  # after n_batch is known
+        self.n_seq_max = max(1, opts.n_seq_max)
+        self._batch = ll.llama_batch_init(self.n_batch, 0, self.n_seq_max)  # after n_batch is known
+        self._tree: _PendingTree | None = None
         # Every token we decode lives in sequence 0; set the seq ids once.
         for i in range(self.n_batch):
             self._batch.n_seq_id[i] = 1
@@ -236,23 +245,29 @@ class ModelRuntime:
             self.close()
 
     # ------------------------------------------------------------------ decoding
-    def decode(self, tokens: list[int], *, all_logits: bool = False) -> int:
+    def decode(self, tokens: list[int], *, all_logits: bool = False, n_logits: int = 0) -> int:
         """Append ``tokens`` to the KV cache.
 
         With ``all_logits`` every token gets a logits row (rows 0..n-1, needs
-        n <= n_batch); otherwise only the last one does (read it as row -1). Returns the
+        n <= n_batch); with ``n_logits`` the last ``n_logits`` tokens do;
+        otherwise only the last one does (read it as row -1). Returns the
         number of logits rows available.
         """
         n = len(tokens)
         if n == 0:
             return 0
+        if self._tree is not None:
+            self.commit_tree(0)
         start = len(self.kv_tokens)
         if start + n > self.n_ctx:
             raise ContextOverflowError(
                 f"the context window is full ({self.n_ctx} tokens): "
                 f"{start} in use, {n} more requested"
             )
-        if all_logits and n > self.n_batch:
+        if all_logits:
+            n_logits = n
+        n_logits = min(n_logits, n)
+        if n_logits > 1 and n > self.n_batch:
             raise ValueError(f"cannot return logits for {n} tokens in one batch of {self.n_batch}")
         batch = self._batch
         # Index the batch's arrays through pointers fetched once (in __init__):
@@ -263,10 +278,11 @@ class ModelRuntime:
             last_chunk = chunk_start + self.n_batch >= n
             m = len(chunk)
             base = start + chunk_start
+            first_out = n - n_logits  # the first token that gets logits
             for i, tok in enumerate(chunk):
                 tok_arr[i] = tok
                 pos_arr[i] = base + i
-                out_arr[i] = all_logits
+                out_arr[i] = chunk_start + i >= first_out
             if last_chunk:
                 out_arr[m - 1] = True
             batch.n_tokens = m
@@ -285,7 +301,7 @@ class ModelRuntime:
                 )
                 raise DecodeError(f"llama_decode failed with code {rc}: {reason}")
         self.kv_tokens.extend(tokens)
-        return n if all_logits else 1
+        return max(n_logits, 1)
 
     def logits(self, row: int) -> npt.NDArray[np.float32]:
         """Row ``row`` of the last decode's logits, a view into llama.cpp's buffer.
@@ -306,6 +322,8 @@ class ModelRuntime:
 
     def truncate(self, n_keep: int) -> None:
         """Drop every cached token from position ``n_keep`` on."""
+        if self._tree is not None:
+            self.commit_tree(0)
         if n_keep < len(self.kv_tokens):
             ll.llama_memory_seq_rm(self._mem, 0, n_keep, -1)
             del self.kv_tokens[n_keep:]
@@ -327,6 +345,112 @@ class ModelRuntime:
     def clear(self) -> None:
         ll.llama_memory_clear(self._mem, True)
         self.kv_tokens.clear()
+        self._tree = None
+
+    # ---------------------------------------------------------------- token trees
+    def decode_tree(
+        self, roots: Sequence[int], tokens: Sequence[int], parents: Sequence[int]
+    ) -> int:
+        """Decode ``roots`` (the next tokens of the cached sequence) and a tree of
+        ``tokens`` hung below the last of them, all in one batch. Logits rows:
+        row 0 for the last root, row i + 1 for node i. ``parents[i]`` is node
+        i's parent, -1 for the root, and comes before i.
+
+        Each leaf gets a KV sequence of its own; a node carries the sequences of
+        every leaf below it, and the roots and the cached prefix are shared by
+        all of them (``llama_memory_seq_cp``), so llama.cpp's attention follows
+        the tree: each node sees the prefix and its own ancestors only. Leaves
+        are numbered in node order, so the main chain (nodes 0..k-1, the lowest
+        indices) ends in sequence 0. Call ``commit_tree`` next.
+        """
+        if self._tree is not None:
+            self.commit_tree(0)
+        if not roots:
+            raise ValueError("a tree needs at least one root token")
+        n = len(roots) + len(tokens)
+        kids = [0] * len(tokens)
+        for p in parents:
+            if p >= 0:
+                kids[p] += 1
+        leaves = [i for i in range(len(tokens)) if kids[i] == 0]
+        n_seq = max(1, len(leaves))
+        if n_seq > self.n_seq_max:
+            raise ValueError(f"a tree with {n_seq} leaves needs n_seq_max >= {n_seq}")
+        if n > self.n_batch:
+            raise ValueError(f"a tree of {n} tokens does not fit one batch of {self.n_batch}")
+        start = len(self.kv_tokens)
+        if start + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"the context window is full ({self.n_ctx} tokens): "
+                f"{start} in use, {n} more requested"
+            )
+        base = start + len(roots) - 1  # the last root's position
+        seqs: list[list[int]] = [[] for _ in tokens]  # those of the leaves below each node
+        depth = [0] * len(tokens)
+        for i, p in enumerate(parents):
+            depth[i] = 1 if p < 0 else depth[p] + 1
+        for s, leaf in enumerate(leaves):
+            node = leaf
+            while node >= 0:
+                seqs[node].append(s)
+                node = parents[node]
+        for s in range(1, n_seq):
+            ll.llama_memory_seq_cp(self._mem, 0, s, -1, -1)
+        batch = self._batch
+        tok_arr, pos_arr, out_arr = self._b_token, self._b_pos, self._b_logits
+        n_seq_id, seq_id = batch.n_seq_id, batch.seq_id
+        every = list(range(n_seq))
+        rows = [(t, start + i, every) for i, t in enumerate(roots)]
+        rows += [(t, base + depth[i], seqs[i]) for i, t in enumerate(tokens)]
+        for i, (tok, pos, ids) in enumerate(rows):
+            tok_arr[i] = tok
+            pos_arr[i] = pos
+            out_arr[i] = i >= len(roots) - 1
+            n_seq_id[i] = len(ids)
+            row_ids = seq_id[i]
+            for j, s in enumerate(ids):
+                row_ids[j] = s
+        batch.n_tokens = n
+        t0 = time.perf_counter()
+        rc = ll.llama_decode(self._ctx, batch)
+        self.decode_seconds += time.perf_counter() - t0
+        self.decode_calls += 1
+        for i in range(n):  # back to the one-sequence layout decode() relies on
+            n_seq_id[i] = 1
+            seq_id[i][0] = 0
+        self.kv_tokens.extend(roots)
+        self._tree = _PendingTree(base, tuple(tokens), tuple(parents), n_seq)
+        if rc != 0:
+            self.commit_tree(0)
+            self.truncate(start)
+            reason = {1: "no free KV slot (context full)", 2: "aborted"}.get(rc, "backend error")
+            raise DecodeError(f"llama_decode failed with code {rc}: {reason}")
+        return 1 + len(tokens)
+
+    def commit_tree(self, n_main: int) -> None:
+        """Keep the roots and the first ``n_main`` nodes of the main chain of the
+        last ``decode_tree``; drop every other node.
+
+        Only main-chain prefixes can be kept. A side branch's cells sit after
+        cells the rejected nodes leave free, so keeping one would leave the
+        cache's cells out of position order, and this llama.cpp then computes
+        wrong attention for some later tree batches (measured: logits off by
+        up to 0.9). Callers re-decode an accepted side branch's tokens in the
+        next batch instead (see SpeculativeDecoder).
+        """
+        tree = self._tree
+        if tree is None:
+            raise RuntimeError("no token tree is pending")
+        self._tree = None
+        if not 0 <= n_main <= len(tree.tokens) or tree.parents[:n_main] != tuple(
+            range(-1, n_main - 1)
+        ):
+            raise ValueError(f"the first {n_main} nodes are not a chain below the root")
+        mem = self._mem
+        for s in range(1, tree.n_seq):
+            ll.llama_memory_seq_rm(mem, s, -1, -1)
+        ll.llama_memory_seq_rm(mem, 0, tree.base + 1 + n_main, -1)
+        self.kv_tokens.extend(tree.tokens[:n_main])
 
     # ----------------------------------------------------------------- tokenizer
     def tokenize(
@@ -411,6 +535,14 @@ class ModelRuntime:
     @property
     def add_eos(self) -> bool:
         return bool(ll.llama_vocab_get_add_eos(self.vocab))
+
+
+@dataclass(frozen=True, slots=True)
+class _PendingTree:
+    base: int  # the last root's position
+    tokens: tuple[int, ...]
+    parents: tuple[int, ...]
+    n_seq: int
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:

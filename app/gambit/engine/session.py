@@ -5,12 +5,13 @@ This is the one object the CLI, the benchmark and the GUI worker drive.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from gambit.engine.chat import ChatPromptBuilder, Message
 from gambit.engine.controller import CostModel, GammaController, PolicyMode, calibrate
@@ -19,27 +20,44 @@ from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.errors import ModelFileError
+
+if TYPE_CHECKING:
+    from gambit.models.layerskip import LayerSkipInfo
 
 log = logging.getLogger(__name__)
 
-DrafterKind = Literal["none", "draft", "lookup"]
+# "layerskip": self-speculation, the draft being the target with some of its
+# blocks left out (a GGUF written by gambit.models.layerskip).
+DrafterKind = Literal["none", "draft", "lookup", "layerskip"]
+TREE_DRAFTERS: tuple[DrafterKind, ...] = ("draft", "lookup", "layerskip")
+TREE_NODES_MIN, TREE_NODES_MAX = 2, 16
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     target: Path
     drafter: DrafterKind = "none"
-    draft: Path | None = None  # with drafter="draft"
+    draft: Path | None = None  # with drafter="draft" or "layerskip"
     target_options: RuntimeOptions = field(default_factory=RuntimeOptions)
     draft_options: RuntimeOptions | None = None  # default: the target's
     policy: PolicyMode = "adaptive"
     gamma: int = 4  # draft length of the "fixed" policy
     gamma_max: int = 8  # the most the "adaptive" policy drafts
     lookup_ngram_max: int = 3
+    # Token trees: draft a main chain plus side candidates, verified in one
+    # batch; tree_nodes bounds the draft tokens of a round (chain and side).
+    tree: bool = False
+    tree_nodes: int = 8
+    fixed_side: int = 0  # side nodes of the "fixed" policy, with tree=True
 
     def __post_init__(self) -> None:
+        # (drafter="layerskip" may leave it to be found or derived at load:
+        # gambit.models.layerskip.ensure_layer_skip_draft)
         if self.drafter == "draft" and self.draft is None:
             raise ValueError("a draft model path is needed for drafter='draft'")
+        if not TREE_NODES_MIN <= self.tree_nodes <= TREE_NODES_MAX:
+            raise ValueError(f"tree_nodes must be between {TREE_NODES_MIN} and {TREE_NODES_MAX}")
         if not 0 <= self.gamma <= self.gamma_max:
             raise ValueError(f"gamma must be between 0 and gamma_max ({self.gamma_max})")
         if self.gamma_max < 1:
@@ -56,17 +74,41 @@ class Engine:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self.target = ModelRuntime(config.target, config.target_options)
+        target_options = config.target_options
+        if self.tree:
+            # One KV sequence per tree leaf: at most one per side node, plus the main chain's.
+            target_options = dataclasses.replace(
+                target_options, n_seq_max=max(target_options.n_seq_max, config.tree_nodes)
+            )
+        self.target = ModelRuntime(config.target, target_options)
         self.draft_runtime: ModelRuntime | None = None
+        self.layer_skip: LayerSkipInfo | None = None
         drafter: Drafter | None = None
         try:
-            if config.drafter == "draft":
-                assert config.draft is not None
-                self.draft_runtime = ModelRuntime(
-                    config.draft, config.draft_options or config.target_options
+            if config.drafter in ("draft", "layerskip"):
+                if config.draft is None:
+                    raise ModelFileError(
+                        str(config.target),
+                        "no layer-skip draft was derived for this model yet; run "
+                        "`gambit-cli models layerskip` or load it from the app",
+                    )
+                draft_options = dataclasses.replace(
+                    config.draft_options or config.target_options, n_seq_max=1
                 )
+                self.draft_runtime = ModelRuntime(config.draft, draft_options)
                 check_compatible(self.target, self.draft_runtime)
                 drafter = DraftModelDrafter(self.draft_runtime)
+                if config.drafter == "layerskip":
+                    from gambit.models.layerskip import read_layer_skip_info
+
+                    self.layer_skip = read_layer_skip_info(config.draft)
+                    if self.layer_skip is None:
+                        raise ModelFileError(
+                            str(config.draft),
+                            "not a layer-skip draft (it has no gambit.layer_skip "
+                            "metadata); derive one with `gambit-cli models layerskip`",
+                        )
+                    drafter.name = "layer skip"
             elif config.drafter == "lookup":
                 drafter = PromptLookupDrafter(ngram_max=config.lookup_ngram_max)
         except BaseException:
@@ -77,6 +119,22 @@ class Engine:
         self.controller = self.new_controller(config.policy)
         self.decoder = SpeculativeDecoder(self.target, drafter, self.controller)
         self._chat: ChatPromptBuilder | None = None
+
+    @property
+    def tree(self) -> bool:
+        """Whether rounds may draft token trees (asked for, and the drafter can)."""
+        return self.config.tree and self.config.drafter in TREE_DRAFTERS
+
+    @property
+    def drafter_detail(self) -> str | None:
+        """The drafter's shape in a line: tree budget, skipped blocks."""
+        parts: list[str] = []
+        if self.layer_skip is not None:
+            blocks = ", ".join(str(b) for b in self.layer_skip.skipped)
+            parts.append(f"skips blocks {blocks} of {self.layer_skip.source_blocks}")
+        if self.drafter is not None:
+            parts.append(f"tree, up to {self.config.tree_nodes} nodes" if self.tree else "chain")
+        return " · ".join(parts) or None
 
     @property
     def decode_seconds(self) -> float:
@@ -90,22 +148,34 @@ class Engine:
         """Calibrate t_target(k) and the draft step on this machine (well under a
         second for small models); skipped without a drafter, where rounds
         themselves measure t_target(1)."""
-        k_max = self.config.gamma_max + 1
+        k_max = self.node_max + 1
         if self.drafter is None:
             return CostModel(k_max)
         return calibrate(self.target, self.draft_runtime, k_max)
 
-    def new_controller(self, mode: PolicyMode, fixed_gamma: int | None = None) -> GammaController:
+    def new_controller(
+        self, mode: PolicyMode, fixed_gamma: int | None = None, fixed_side: int | None = None
+    ) -> GammaController:
         """A controller starting from this engine's calibration (and nothing learned)."""
         costs = self.costs.copy()
         if self.config.drafter == "lookup":
             costs.t_draft = 0.0  # a dictionary look-up: free next to a decode
+        tree = self.tree
+        side = self.config.fixed_side if fixed_side is None else fixed_side
         return GammaController(
             costs,
             mode=mode,
             gamma_max=self.config.gamma_max,
             fixed_gamma=self.config.gamma if fixed_gamma is None else fixed_gamma,
+            side_max=self.config.tree_nodes - 1 if tree else 0,
+            fixed_side=side if tree else 0,
+            node_max=self.node_max,
         )
+
+    @property
+    def node_max(self) -> int:
+        """Most draft tokens in one round: γ_max for chains, the node budget for trees."""
+        return self.config.tree_nodes if self.tree else self.config.gamma_max
 
     def use_controller(self, controller: GammaController) -> None:
         self.controller = controller

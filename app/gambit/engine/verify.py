@@ -16,13 +16,14 @@ reduces to "accept while x_i equals the target's argmax", exactly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from gambit.engine.sampling import Distribution
+from gambit.engine.tree import DraftTree
 
 
 class UniformSource(Protocol):
@@ -90,3 +91,73 @@ def speculative_sample(
         return Verdict(i, p_prime.sample(rng.random()), tuple(outcomes))
     bonus = p_i[len(x)]
     return Verdict(len(x), bonus.sample(rng.random()), tuple(outcomes))
+
+
+@dataclass(frozen=True, slots=True)
+class TreeVerdict:
+    path: tuple[int, ...]  # the accepted nodes, from the root's child down
+    token: int  # emitted by the target after the path
+    outcomes: tuple[bool, ...]  # per depth reached: was one of its candidates accepted?
+    # What the main chain alone would have shown: its node at each depth
+    # tried, accepted? (Ends at its first rejection, or where the path left it.)
+    main_outcomes: tuple[bool, ...]
+
+
+def verify_tree(
+    tree: DraftTree,
+    p_at: Callable[[int, Sequence[int]], Distribution],
+    rng: UniformSource,
+) -> TreeVerdict:
+    """Verify a token tree: recursive rejection sampling over siblings.
+
+    ``p_at(row, path)`` is the target's distribution at batch row ``row``
+    (0: the root, i + 1: node i) whose path from the root is ``path``.
+
+    At each node the children are tried in order. Child c, drawn from
+    ``q_c`` (its drafter's distribution given the earlier siblings; a point
+    mass for deterministic candidates), is accepted with probability
+    min(1, p(x_c) / q_c(x_c)); on rejection p becomes norm(max(0, p - q_c))
+    and the next sibling is tried against it. When every child is rejected
+    the token is drawn from what is left of p; a node without children gets
+    the bonus token from its own p. Each step is an exact rejection sampler
+    for the distribution it is handed (Chen et al. 2023; for siblings drawn
+    without replacement, Jeon et al. 2024, "Recursive Speculative
+    Decoding"), so every emitted token is distributed as the target's. With
+    a greedy target (p a point mass) this is "follow the child equal to the
+    argmax", exactly.
+    """
+    path: list[int] = []
+    outcomes: list[bool] = []
+    main_outcomes: list[bool] = []
+    on_main = tree.main_depth > 0
+    node = -1
+    kids = tree.children
+    while True:
+        p = p_at(node + 1, path)
+        children = kids[node + 1]
+        chosen = -1
+        for c in children:
+            x = tree.tokens[c]
+            q = Distribution.point(x) if tree.q is None else tree.q[c]
+            q_x = q.prob(x)
+            r = rng.random()
+            if q_x > 0.0 and r < acceptance_probability(p.prob(x), q_x):
+                chosen = c
+                break
+            p = residual(p, q)
+        if on_main and children:
+            main_child = node + 1  # the main chain's node at this depth
+            if main_child < tree.main_depth:
+                main_outcomes.append(chosen == main_child)
+                on_main = chosen == main_child
+            else:
+                on_main = False
+        if chosen < 0:
+            if children:
+                outcomes.append(False)
+            return TreeVerdict(
+                tuple(path), p.sample(rng.random()), tuple(outcomes), tuple(main_outcomes)
+            )
+        outcomes.append(True)
+        path.append(chosen)
+        node = chosen

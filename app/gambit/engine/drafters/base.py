@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from gambit.engine.sampling import Distribution, SamplingParams
+from gambit.engine.tree import DraftTree
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +46,22 @@ class Drafter(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class TreeDrafter(Drafter, Protocol):
+    """A drafter that can also propose a token tree: its chain plus side nodes."""
+
+    def draft_tree(
+        self,
+        context: list[int],
+        depth: int,
+        n_side: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+    ) -> DraftTree:
+        """A main chain of up to ``depth`` tokens (what ``draft`` would propose)
+        and up to ``n_side`` side nodes: other candidates where the drafter is
+        least sure. Side candidates at one position must come in the order they
+        were drawn, each with the distribution it was drawn from."""
+        ...

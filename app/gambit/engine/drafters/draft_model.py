@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import heapq
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
 from gambit.engine.runtime import ModelRuntime, common_prefix_length
 from gambit.engine.sampling import Distribution, SamplingParams, process
+from gambit.engine.tree import DraftTree, chain_tree
 from gambit.errors import IncompatibleDraftError
 
 # As llama.cpp's common/speculative.cpp: vocabularies may differ by a few
@@ -47,6 +51,15 @@ def check_compatible(target: ModelRuntime, draft: ModelRuntime) -> None:
             refuse(f"token {i} differs ({t_dft!r} vs {t_tgt!r})")
 
 
+@dataclass
+class _Run:
+    n_synced: int
+    tokens: list[int] = field(default_factory=list)
+    q: list[Distribution] = field(default_factory=list)
+    conf: list[float] = field(default_factory=list)  # the draft's probability of each token
+    alts: list[list[tuple[int, float, Distribution | None]]] = field(default_factory=list)
+
+
 class DraftModelDrafter:
     """Drafts with a small model, one decode per drafted token.
 
@@ -63,6 +76,7 @@ class DraftModelDrafter:
     """
 
     name = "draft model"
+    MAX_SIDE_PER_DEPTH = 3  # runner-up candidates considered at one position
 
     def __init__(
         self,
@@ -91,17 +105,83 @@ class DraftModelDrafter:
         sampling: SamplingParams,
         rng: np.random.Generator,
     ) -> Draft:
-        if n_max <= 0:
-            return EMPTY_DRAFT
-        rt = self.runtime
         sampling = self.sampling or sampling
+        run = self._run(context, n_max, sampling, rng, n_alt=0)
+        if run is None:
+            return EMPTY_DRAFT
+        return Draft(tuple(run.tokens), None if sampling.greedy else run.q, run.n_synced)
+
+    def draft_tree(
+        self,
+        context: list[int],
+        depth: int,
+        n_side: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+    ) -> DraftTree:
+        """The chain, plus side nodes where the draft was least sure.
+
+        Side candidates cost no extra draft decodes: they are the draft's
+        runner-up tokens at positions of the chain it has already computed
+        (with a greedy draft, the next-best tokens by logit; otherwise tokens
+        drawn without replacement from the draft's distribution). Each is
+        scored by the draft's own estimate of the chance it is needed and
+        right, P(reach its depth) × q(candidate), and the best ``n_side``
+        go in.
+        """
+        sampling = self.sampling or sampling
+        n_alt = min(n_side, self.MAX_SIDE_PER_DEPTH)
+        run = self._run(context, depth, sampling, rng, n_alt)
+        if run is None:
+            return chain_tree((), None, 0)
+        if n_alt == 0:
+            return chain_tree(tuple(run.tokens), None if sampling.greedy else run.q, run.n_synced)
+        # Best-first over (depth, rank): a rank joins only after the ranks
+        # drawn before it at that depth (their order is what q_i assumes).
+        reach = np.concatenate([[1.0], np.cumprod(run.conf)])
+        heap = [(-reach[d] * alts[0][1], d, 0) for d, alts in enumerate(run.alts) if alts]
+        heapq.heapify(heap)
+        chosen: list[tuple[int, int]] = []
+        while heap and len(chosen) < n_side:
+            _, d, r = heapq.heappop(heap)
+            chosen.append((d, r))
+            if r + 1 < len(run.alts[d]):
+                heapq.heappush(heap, (-reach[d] * run.alts[d][r + 1][1], d, r + 1))
+        chosen.sort()
+        tokens = list(run.tokens)
+        parents = list(range(-1, len(tokens) - 1))
+        q: list[Distribution] | None = None if sampling.greedy else list(run.q)
+        for d, r in chosen:
+            tok, _, dist = run.alts[d][r]
+            tokens.append(tok)
+            parents.append(d - 1)
+            if q is not None:
+                assert dist is not None
+                q.append(dist)
+        return DraftTree(
+            tuple(tokens), tuple(parents), tuple(q) if q is not None else None,
+            main_depth=len(run.tokens), n_synced=run.n_synced,
+        )  # fmt: skip
+
+    def _run(
+        self,
+        context: list[int],
+        n_max: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+        n_alt: int,
+    ) -> _Run | None:
+        """Draft a chain of up to ``n_max`` tokens; with ``n_alt``, also note
+        up to that many runner-up candidates at each position."""
+        if n_max <= 0:
+            return None
+        rt = self.runtime
         view = self._view(context)
         n_max = min(n_max, rt.n_ctx - len(view))  # room left in the draft's cache
         if n_max <= 0:
-            return EMPTY_DRAFT
-        n_synced = rt.sync(view)
-        tokens: list[int] = []
-        q: list[Distribution] = []
+            return None
+        run = _Run(n_synced=rt.sync(view))
+        tokens = run.tokens
         recent = view[-sampling.repeat_last_n :] if sampling.repeat_penalty != 1.0 else []
         for i in range(n_max):
             row = rt.logits(-1)
@@ -110,11 +190,52 @@ class DraftModelDrafter:
                 break
             tok = dist.sample(rng.random())
             tokens.append(tok)
-            q.append(dist)
+            run.q.append(dist)
+            if n_alt:
+                conf, alts = self._alternatives(row, dist, tok, sampling, rng, n_alt)
+                run.conf.append(conf)
+                run.alts.append(alts)
             if rt.is_eog(tok) or i == n_max - 1:
                 break
             rt.decode([tok])
-        return Draft(tuple(tokens), None if sampling.greedy else q, n_synced)
+        return run
+
+    @staticmethod
+    def _alternatives(
+        row: np.ndarray,
+        dist: Distribution,
+        tok: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+        n_alt: int,
+    ) -> tuple[float, list[tuple[int, float, Distribution | None]]]:
+        """The draft's confidence in ``tok`` and up to ``n_alt`` runner-ups as
+        (token, probability, distribution it was drawn from; None: a point mass)."""
+        if sampling.greedy:
+            # Greedy: the next-best logits, deterministic proposals.
+            top = np.argpartition(row, len(row) - n_alt - 1)[-(n_alt + 1) :]
+            top = top[np.argsort(-row[top], kind="stable")]
+            z = row.astype(np.float64)
+            m = float(z.max())
+            log_total = m + float(np.log(np.exp(z - m).sum()))
+            probs = {int(t): float(np.exp(z[t] - log_total)) for t in top}
+            alts_greedy: list[tuple[int, float, Distribution | None]] = [
+                (int(t), probs[int(t)], None) for t in top if int(t) != tok
+            ]
+            return probs.get(tok, 0.0), alts_greedy[:n_alt]
+        # Sampling: draw without replacement from what the draft proposes.
+        alts: list[tuple[int, float, Distribution | None]] = []
+        remaining = dist
+        drawn = tok
+        for _ in range(n_alt):
+            keep = remaining.ids != drawn
+            if not keep.any():
+                break
+            probs_left = remaining.probs[keep]
+            remaining = Distribution(remaining.ids[keep], probs_left / probs_left.sum())
+            drawn = remaining.sample(rng.random())
+            alts.append((drawn, dist.prob(drawn), remaining))
+        return dist.prob(tok), alts
 
     def _view(self, context: list[int]) -> list[int]:
         """The part of the context the draft's cache should hold."""

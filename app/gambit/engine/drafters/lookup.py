@@ -3,18 +3,25 @@
 Free (no model) and strong whenever the reply repeats its input: summaries,
 rewrites, code edits. The index is incremental: each committed token adds one
 n-gram per order, so drafting never rescans the context.
+
+As a tree drafter, the other recent matches contribute their continuations
+too, merged into a trie below the main chain (the latest, longest match).
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
 from gambit.engine.sampling import SamplingParams
+from gambit.engine.tree import DraftTree, chain_tree
 
 
 class PromptLookupDrafter:
     name = "prompt lookup"
+    MATCHES_KEPT = 4  # latest occurrences remembered per n-gram, for trees
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
         if not 1 <= ngram_min <= ngram_max:
@@ -22,8 +29,9 @@ class PromptLookupDrafter:
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
         self._tokens: list[int] = []
-        # order n -> {n-gram: end index of its latest occurrence that has a follower}
-        self._index: dict[int, dict[tuple[int, ...], int]] = {
+        # order n -> {n-gram: end indices of its latest occurrences that have a
+        # follower, the latest last}
+        self._index: dict[int, dict[tuple[int, ...], deque[int]]] = {
             n: {} for n in range(ngram_min, ngram_max + 1)
         }
 
@@ -40,8 +48,26 @@ class PromptLookupDrafter:
             end = len(tokens)  # the n-grams ending here now have a follower: tok
             for n, table in self._index.items():
                 if end >= n:
-                    table[tuple(tokens[end - n : end])] = end
+                    gram = tuple(tokens[end - n : end])
+                    ends = table.get(gram)
+                    if ends is None:
+                        table[gram] = deque([end], maxlen=self.MATCHES_KEPT)
+                    else:
+                        ends.append(end)
             tokens.append(tok)
+
+    def _matches(self) -> list[int]:
+        """End indices of the matches of the context's tail: longest n-gram
+        first, latest occurrence first within one order."""
+        tokens = self._tokens
+        out: list[int] = []
+        for n in range(self.ngram_max, self.ngram_min - 1, -1):
+            if len(tokens) < n:
+                continue
+            ends = self._index[n].get(tuple(tokens[-n:]))
+            if ends:
+                out.extend(e for e in reversed(ends) if e not in out)
+        return out
 
     def draft(
         self,
@@ -53,14 +79,54 @@ class PromptLookupDrafter:
         self._extend(context)
         if n_max <= 0:
             return EMPTY_DRAFT
+        matches = self._matches()
+        if not matches:
+            return EMPTY_DRAFT
+        return Draft(tuple(self._tokens[matches[0] : matches[0] + n_max]))
+
+    def draft_tree(
+        self,
+        context: list[int],
+        depth: int,
+        n_side: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+    ) -> DraftTree:
+        """The best match's continuation as the main chain; the continuations
+        of other matches where they differ from it, as a trie of side nodes.
+
+        Siblings are distinct tokens and deterministic proposals (point
+        masses), which recursive rejection sampling verifies exactly.
+        """
+        self._extend(context)
+        if depth <= 0:
+            return chain_tree((), None, 0)
+        matches = self._matches()
+        if not matches:
+            return chain_tree((), None, 0)
         tokens = self._tokens
-        for n in range(self.ngram_max, self.ngram_min - 1, -1):
-            if len(tokens) < n:
-                continue
-            end = self._index[n].get(tuple(tokens[-n:]))
-            if end is not None:
-                return Draft(tuple(tokens[end : end + n_max]))
-        return EMPTY_DRAFT
+        main = tuple(tokens[matches[0] : matches[0] + depth])
+        tree_tokens = list(main)
+        parents = list(range(-1, len(main) - 1))
+        # (parent node, token) -> node: the trie's edges
+        child = {(i - 1, tok): i for i, tok in enumerate(main)}
+        budget = n_side
+        for end in matches[1:]:
+            if budget <= 0:
+                break
+            node = -1
+            for tok in tokens[end : end + len(main)]:
+                nxt = child.get((node, tok))
+                if nxt is None:
+                    if budget <= 0:
+                        break
+                    nxt = len(tree_tokens)
+                    tree_tokens.append(tok)
+                    parents.append(node)
+                    child[(node, tok)] = nxt
+                    budget -= 1
+                node = nxt
+        return DraftTree(tuple(tree_tokens), tuple(parents), None, main_depth=len(main))
 
     def close(self) -> None:
         pass
