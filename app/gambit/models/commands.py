@@ -17,6 +17,12 @@ from gambit.models.catalog import download, find_pair, load_catalog
 from gambit.models.default_model import Progress
 from gambit.models.derive import FTYPES, DeriveCancelledError, derive_draft, measure_acceptance
 from gambit.models.info import ModelInfo, inspect_model
+from gambit.models.layerskip import (
+    DEFAULT_MAX_EVALUATIONS,
+    LayerSkipCancelledError,
+    LayerSkipPlan,
+    ensure_layer_skip_draft,
+)
 from gambit.models.library import LibraryEntry, ModelLibrary
 from gambit.models.memory import MIB, available_memory, check_fits, estimate_memory
 from gambit.models.pairing import pair_report
@@ -56,6 +62,24 @@ def add_models_parser(sub: Any) -> None:
     )
     p.add_argument("--force", action="store_true", help="replace an existing output file")
 
+    p = msub.add_parser(
+        "layerskip",
+        help="derive a draft that skips some of TARGET's blocks (self-speculation)",
+        description="Find, by measuring on calibration prompts, which blocks of TARGET to "
+        "skip for the best expected speedup, and write that draft into the models folder "
+        "(cached per target file).",
+    )
+    p.add_argument("target", type=Path)
+    p.add_argument(
+        "--max-evals",
+        type=_positive_int,
+        default=DEFAULT_MAX_EVALUATIONS,
+        help=f"skip sets to measure at most (default {DEFAULT_MAX_EVALUATIONS})",
+    )
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: cores)")
+    p.add_argument("--force", action="store_true", help="search again, even if cached")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+
     p = msub.add_parser("import", help="add a model file to the library")
     p.add_argument("path", type=Path)
     p.add_argument("--copy", action="store_true", help="copy it into the models folder")
@@ -82,6 +106,16 @@ def run_models(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------- helpers
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, not {text!r}")
+    return value
 
 
 def _mb(n: int) -> str:
@@ -279,6 +313,81 @@ def cmd_derive(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stage_progress() -> Progress:
+    """One line per stage change (and a live percentage on a terminal)."""
+    live = sys.stderr.isatty()
+    last = [""]
+
+    def report(stage: str, done: int, total: int) -> None:
+        if live:
+            pct = min(100, int(100 * done / total)) if total else 100
+            print(f"\r\033[Klayerskip: {stage} ({pct}%)", end="", file=sys.stderr, flush=True)
+        elif stage != last[0]:
+            print(f"layerskip: {stage}", file=sys.stderr, flush=True)
+        last[0] = stage
+
+    return report
+
+
+def _plan_table(plan: LayerSkipPlan) -> str:
+    rows = []
+    for c in plan.candidates:
+        mark = "*" if c.skipped == plan.skipped else ""
+        rows.append(
+            [
+                mark + (", ".join(map(str, c.skipped)) or "-"),
+                f"{plan.source_blocks - len(c.skipped)}/{plan.source_blocks}",
+                f"{c.acceptance:.1%}",
+                f"{c.draft_cost_ratio:.2f} ({c.measured_cost_ratio:.2f})",
+                str(c.best_gamma),
+                f"{c.expected_speedup:.2f}x",
+                c.stage,
+            ]
+        )
+    headers = ["SKIPPED", "KEPT", "ACCEPTANCE", "COST (MEASURED)", "BEST γ", "EXPECTED", "STAGE"]
+    return _table(headers, rows)
+
+
+def cmd_layerskip(args: argparse.Namespace) -> int:
+    cancel = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
+    try:
+        result = ensure_layer_skip_draft(
+            args.target,
+            progress=None if args.json else _stage_progress(),
+            cancel=cancel,
+            options=RuntimeOptions(n_threads=args.threads),
+            force=args.force,
+            max_evaluations=args.max_evals,
+        )
+    except LayerSkipCancelledError as exc:
+        if sys.stderr.isatty():
+            print(file=sys.stderr)
+        print(f"gambit-cli: {exc}", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if sys.stderr.isatty() and not args.json:
+        print(file=sys.stderr)  # end the live progress line
+    plan = result.plan
+    if args.json:
+        data = {"path": str(result.path), "from_cache": result.from_cache, "plan": plan.to_json()}
+        print(json.dumps(data, indent=1))
+        return 0
+    print(_plan_table(plan))
+    print(
+        f"\n{len(plan.candidates)} skip sets measured on {plan.n_positions} tokens of the "
+        f"target's own text in {plan.search_seconds:.0f} s; * = chosen. COST: a draft step "
+        "in target steps, fitted to all timings (this set's own in brackets), against "
+        f"copies of the target that skip nothing (measured {plan.control_cost_ratio:.2f}x "
+        "the loaded target)"
+    )
+    print(f"chosen: {plan.summary()}")
+    how = "cached, from an earlier search" if result.from_cache else "written"
+    print(f"draft: {result.path} ({how}; registered as a draft for {Path(args.target).name})")
+    return 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     library = ModelLibrary()
     progress = _progress("importing") if args.copy else None
@@ -335,6 +444,7 @@ _COMMANDS = {
     "inspect": cmd_inspect,
     "pair": cmd_pair,
     "derive": cmd_derive,
+    "layerskip": cmd_layerskip,
     "import": cmd_import,
     "remove": cmd_remove,
     "catalog": cmd_catalog,
