@@ -3,9 +3,10 @@
 ``EngineWorker`` lives on one long-lived ``QThread`` and owns every llama.cpp
 object; all llama calls happen there (llama.cpp releases the GIL inside its
 native calls, so the window stays live). Requests arrive as queued signals;
-results leave as frozen dataclasses. ``cancel`` and ``set_speculation`` are
-called directly from the UI thread: they only set a ``threading.Event`` or a
-bool that the round loop reads between rounds.
+results leave as frozen dataclasses. ``cancel``, ``close`` and
+``set_speculation`` are called directly from the UI thread: they only set a
+``threading.Event`` or a bool that the round loop (or a layer-skip search)
+reads between steps.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import logging
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
@@ -22,21 +25,43 @@ from gambit.engine.backend import BackendInfo, detect_backend
 from gambit.engine.chat import Message
 from gambit.engine.decoder import GenerationConfig, StopReason
 from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
+from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError
+from gambit.ui import qt_compat
 
 log = logging.getLogger(__name__)
+
+# PySide6 6.12.0 loses a reference to True on every emit(): repair it before
+# the first one (a no-op on a binding without the bug).
+qt_compat.install()
 
 
 @dataclass(frozen=True)
 class EngineInfo:
     target_name: str
     draft_name: str | None
-    drafter: str  # "none" | "draft" | "lookup"
+    drafter: str  # "none" | "draft" | "lookup" | "layerskip"
     drafter_label: str | None  # "draft model", "prompt lookup"
     n_ctx: int
     backend: BackendInfo
     load_seconds: float
+    # The drafter's shape in one line: "tree, up to 8 nodes", "skips blocks 12, 15 of 30"
+    drafter_detail: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """An engine to load once the worker has done the slow parts, off the UI thread:
+    fetching the embedded default model (``target`` None) and, with ``layer_skip``,
+    finding the target's layer-skip draft (cached; about a minute the first time).
+    ``make_config(target, layer_skip_draft)`` then builds the config
+    (``Settings.engine_config``)."""
+
+    target: Path | None
+    make_config: Callable[[Path, Path | None], EngineConfig]
+    layer_skip: bool = False
+    options: RuntimeOptions | None = None  # how the layer-skip search runs the target
 
 
 @dataclass(frozen=True)
@@ -78,10 +103,17 @@ class EngineWorker(QObject):
         super().__init__()
         self._engine: Engine | None = None
         self._cancel = threading.Event()
+        self._closing = threading.Event()  # set once by WorkerThread.stop: give up any load
         self._speculation = True
 
     # ---- called from the UI thread (thread-safe by construction)
     def cancel(self) -> None:
+        """Stop the reply at the next round, or a layer-skip search at its next step."""
+        self._cancel.set()
+
+    def close(self) -> None:
+        """The window is closing: whatever runs now stops as soon as it can."""
+        self._closing.set()
         self._cancel.set()
 
     def set_speculation(self, enabled: bool) -> None:
@@ -93,35 +125,36 @@ class EngineWorker(QObject):
 
     # ---- slots, run on the worker thread
     @Slot(object, object)
-    def load(self, config: EngineConfig | None, make_config: object) -> None:
-        """Load ``config``; with None, provision the default model and call
-        ``make_config(path)`` to build the config around it."""
+    def load(self, config: EngineConfig | EngineRequest | None, make_config: object) -> None:
+        """Load ``config``: an ``EngineConfig`` as it is, an ``EngineRequest`` once its
+        target and layer-skip draft are found; with None, provision the default
+        model and call ``make_config(path)`` to build the config around it."""
         t0 = time.perf_counter()
         self._close_engine()
+        if not self._closing.is_set():
+            self._cancel.clear()  # a Stop meant for an earlier reply must not cancel this
         try:
-            if config is None:
-                from gambit.models.default_model import default_model_path
-
-                def progress(stage: str, done: int, total: int) -> None:
-                    pct = int(100 * done / total) if total else 100
-                    self.load_progress.emit(f"Preparing the default model: {stage} {pct}%")
-
-                path = default_model_path(progress=progress)
+            if isinstance(config, EngineRequest):
+                config = self._resolve(config)
+            elif config is None:
                 assert callable(make_config)
-                config = make_config(path)
-            assert config is not None
+                config = make_config(self._default_model())
+            assert isinstance(config, EngineConfig)
             self.load_progress.emit(f"Loading {config.target.name}…")
             engine = Engine(config)
             engine.decoder.speculation_enabled = self._speculation
             self._engine = engine
+            # A layer-skip draft is the target itself; drafter_detail describes it.
+            draft = config.draft if config.drafter == "draft" else None
             info = EngineInfo(
                 target_name=config.target.name,
-                draft_name=config.draft.name if config.draft else None,
+                draft_name=draft.name if draft else None,
                 drafter=config.drafter,
                 drafter_label=engine.drafter.name if engine.drafter else None,
                 n_ctx=engine.target.n_ctx,
                 backend=detect_backend(),
                 load_seconds=time.perf_counter() - t0,
+                drafter_detail=engine.drafter_detail,
             )
             self.loaded.emit(info)
         except GambitError as exc:
@@ -129,6 +162,36 @@ class EngineWorker(QObject):
         except Exception as exc:
             log.exception("loading failed")
             self.load_failed.emit(f"Unexpected error while loading: {exc!r}")
+
+    def _resolve(self, request: EngineRequest) -> EngineConfig:
+        target = request.target if request.target is not None else self._default_model()
+        draft = self._layer_skip_draft(target, request.options) if request.layer_skip else None
+        return request.make_config(target, draft)
+
+    def _default_model(self) -> Path:
+        from gambit.models.default_model import default_model_path
+
+        def progress(stage: str, done: int, total: int) -> None:
+            pct = int(100 * done / total) if total else 100
+            self.load_progress.emit(f"Preparing the default model: {stage} {pct}%")
+
+        return default_model_path(progress=progress)
+
+    def _layer_skip_draft(self, target: Path, options: RuntimeOptions | None) -> Path:
+        """The layer-skip draft of ``target``: from the cache, or searched for now
+        (about a minute, the first time). ``cancel`` and closing the window stop
+        the search (``LayerSkipCancelledError``, a GambitError: the load fails)."""
+        from gambit.models.layerskip import ensure_layer_skip_draft
+
+        def progress(stage: str, done: int, total: int) -> None:
+            pct = int(100 * done / total) if total else 100
+            self.load_progress.emit(f"Finding layers to skip: {stage} — {pct}%")
+
+        self.load_progress.emit(f"Finding layers to skip in {target.name}…")
+        result = ensure_layer_skip_draft(
+            target, progress=progress, cancel=self._cancel, options=options
+        )
+        return result.path
 
     @Slot(object, object)
     def generate(self, messages: list[Message], config: GenerationConfig) -> None:
@@ -140,7 +203,8 @@ class EngineWorker(QObject):
         if engine is None:
             self.failed.emit("No model is loaded.", None)
             return
-        self._cancel.clear()
+        if not self._closing.is_set():
+            self._cancel.clear()
         speculated = engine.decoder.speculation_enabled and engine.drafter is not None
         next_snapshot = 0.0
         try:
@@ -191,7 +255,10 @@ class EngineWorker(QObject):
             if engine.drafter and engine.decoder.speculation_enabled
             else ("off: switched off" if engine.drafter else "off: no drafter")
         )
-        return tracker.snapshot(c.baseline_tokens_per_s, gamma, reason)
+        side = c.decision.side if gamma else 0
+        return tracker.snapshot(
+            c.baseline_tokens_per_s, gamma, reason, tree=engine.tree, side_nodes=side
+        )
 
     def _partial(
         self, engine: Engine, tracker: MetricsTracker, parts: list[str], drafted: list[bool]
@@ -229,7 +296,7 @@ class WorkerThread:
         self.thread.start()
 
     def stop(self, timeout_ms: int = 10_000) -> bool:
-        self.worker.cancel()
+        self.worker.close()
         # shutdown runs on the worker thread after the current generation returns
         from PySide6.QtCore import QMetaObject, Qt
 

@@ -105,6 +105,23 @@ def test_stats_panel_updates(qtbot: QtBot, window: MainWindow) -> None:
     assert speedup is not None and "×" in speedup.text()
 
 
+def test_tree_drafts_reload_the_engine_and_show_in_the_panel(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    drafter = window.stats.findChild(type(window.model_label), "drafterValue")
+    assert drafter is not None
+    assert drafter.text() == "Drafter: prompt lookup · chain"
+    window.apply_settings(window.settings.with_(tree_drafts=True, tree_nodes=4))
+    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    assert window.engine_info is not None
+    assert window.engine_info.drafter_detail == "tree, up to 4 nodes"
+    assert drafter.text() == "Drafter: prompt lookup · tree, up to 4 nodes"
+    assert window.settings_store.load().tree_drafts  # saved
+    send(qtbot, window, "Repeat exactly: red, green, blue, red, green, blue.")
+    wait_reply(qtbot, window)
+    assert window.chat.messages[-1].text.strip()
+
+
 def test_speculation_toggle_takes_effect_mid_conversation(qtbot: QtBot, window: MainWindow) -> None:
     prompt = "Repeat exactly: one two three four, one two three four, one two three four."
     send(qtbot, window, prompt)

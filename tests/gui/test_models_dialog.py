@@ -403,3 +403,10 @@ def test_screenshot(
     dialog.tabs.setCurrentIndex(1)
     qtbot.wait(50)
     assert dialog.grab().save(str(SCREENSHOT.with_name("models_dialog_catalog.png")))
+
+
+def test_self_speculation_is_kept_and_named(make_dialog: MakeDialog) -> None:
+    settings = Settings(context_size=2048, drafter="layerskip")
+    dialog = make_dialog(settings)
+    assert "Drafter: <b>self-speculation (skip layers)</b>" in _label(dialog, "choiceLabel").text()
+    assert dialog.chosen_settings() == settings

@@ -6,6 +6,8 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+import gguf
+import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -25,8 +27,15 @@ from PySide6.QtWidgets import (
 )
 from pytestqt.qtbot import QtBot
 
-from gambit.storage.settings import Settings
-from gambit.ui.settings_dialog import NO_GPU_TOOLTIP, SettingsDialog
+from gambit.models.mtp import mtp_availability
+from gambit.storage.settings import Settings, SettingsStore
+from gambit.ui.settings_dialog import (
+    LAYERSKIP_HELP,
+    NO_GPU_TOOLTIP,
+    TREE_HELP,
+    TREE_NEEDS_DRAFTER,
+    SettingsDialog,
+)
 
 MakeDialog = Callable[..., SettingsDialog]
 
@@ -60,6 +69,8 @@ def _non_default(tmp_path: Path) -> Settings:
         policy="fixed",
         fixed_gamma=3,
         gamma_max=12,
+        tree_drafts=True,
+        tree_nodes=12,
         temperature=0.0,
         top_k=0,
         top_p=0.9,
@@ -111,6 +122,12 @@ def _edit(dialog: QWidget, name: str) -> QLineEdit:
 def _check(dialog: QWidget, name: str) -> QCheckBox:
     widget = _find(dialog, QCheckBox, name)
     assert isinstance(widget, QCheckBox)
+    return widget
+
+
+def _label(dialog: QWidget, name: str) -> QLabel:
+    widget = _find(dialog, QLabel, name)
+    assert isinstance(widget, QLabel)
     return widget
 
 
@@ -260,6 +277,154 @@ def test_draft_model_only_for_draft_drafter(make_dialog: MakeDialog, qtbot: QtBo
     assert not draft_edit.isEnabled()
 
 
+DRAFTER_RADIOS = [
+    ("drafterNoneRadio", "None"),
+    ("drafterLookupRadio", "Prompt lookup"),
+    ("drafterDraftRadio", "Draft model"),
+    ("drafterLayerskipRadio", "Self-speculation (skip layers)"),
+    ("drafterMtpRadio", "Multi-token prediction heads"),
+]
+
+
+def _mtp_header(path: Path, n_heads: int) -> Path:
+    """A small GGUF whose header declares ``n_heads`` multi-token-prediction layers."""
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_block_count(2)
+    writer.add_embedding_length(8)
+    writer.add_uint32(gguf.Keys.LLM.NEXTN_PREDICT_LAYERS.format(arch="llama"), n_heads)
+    writer.add_tensor("token_embd.weight", np.zeros((16, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_drafter_choices_in_order(make_dialog: MakeDialog) -> None:
+    dialog = make_dialog()
+    radios = [_radio(dialog, name) for name, _ in DRAFTER_RADIOS]
+    assert [r.text() for r in radios] == [text for _, text in DRAFTER_RADIOS]
+    # one exclusive group, laid out top to bottom in that order
+    assert len({id(r.group()) for r in radios}) == 1
+    ys = [r.mapTo(dialog, r.rect().topLeft()).y() for r in radios]
+    assert ys == sorted(ys)
+    assert [r.isEnabled() for r in radios] == [True, True, True, True, False]
+
+
+def test_mtp_is_offered_but_disabled_with_the_reason(
+    make_dialog: MakeDialog, qtbot: QtBot, smol_q4_1: Path
+) -> None:
+    dialog = make_dialog(Settings(target_model=str(smol_q4_1)))
+    mtp = _radio(dialog, "drafterMtpRadio")
+    reason = mtp_availability(smol_q4_1).reason
+    assert reason.startswith("SmolLM2-135M-Instruct.Q4_1.gguf has no multi-token-prediction heads")
+    assert not mtp.isEnabled()
+    assert mtp.toolTip() == reason
+    assert _label(dialog, "drafterHelp_mtp").text() == reason
+    assert dialog.mtp().n_heads == 0
+
+    _click(qtbot, mtp)  # a click on the disabled item changes nothing
+    assert not mtp.isChecked()
+    assert dialog.settings().drafter == "lookup"
+
+
+def test_mtp_reason_follows_the_target_model(
+    make_dialog: MakeDialog, qtbot: QtBot, smol_q4_1: Path, tmp_path: Path
+) -> None:
+    dialog = make_dialog(Settings(target_model=str(smol_q4_1)))
+    with_heads = _mtp_header(tmp_path / "glm-like.gguf", 1)
+    _edit(dialog, "targetModelEdit").setText(str(with_heads))
+    help_label = _label(dialog, "drafterHelp_mtp")
+    qtbot.waitUntil(lambda: "glm-like.gguf has 1 MTP head" in help_label.text(), timeout=3000)
+    assert dialog.mtp().n_heads == 1
+    assert help_label.text() == mtp_availability(with_heads).reason
+    assert "Gambit has no MTP drafter yet" in help_label.text()
+    mtp = _radio(dialog, "drafterMtpRadio")
+    assert not mtp.isEnabled()  # heads or not, Gambit cannot draft with them
+    assert mtp.toolTip() == help_label.text()
+
+    _edit(dialog, "targetModelEdit").setText(str(tmp_path / "missing.gguf"))
+    qtbot.waitUntil(lambda: "missing.gguf could not be read" in help_label.text(), timeout=3000)
+
+
+def test_mtp_reason_for_the_embedded_default_model(
+    make_dialog: MakeDialog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GAMBIT_HOME", str(tmp_path))  # the default model not fetched yet
+    dialog = make_dialog(Settings(target_model=""))
+    assert _label(dialog, "drafterHelp_mtp").text() == (
+        "SmolLM2-135M-Instruct has no multi-token-prediction heads "
+        "(only models trained with them carry them, e.g. GLM-4.5, Qwen3.5, MiMo)."
+    )
+
+
+def test_self_speculation_explains_its_first_load(make_dialog: MakeDialog, qtbot: QtBot) -> None:
+    dialog = make_dialog()
+    help_text = _label(dialog, "drafterHelp_layerskip").text()
+    assert help_text == LAYERSKIP_HELP
+    assert "about a minute" in help_text and "rarely pays" in help_text
+    _click(qtbot, _radio(dialog, "drafterLayerskipRadio"))
+    assert dialog.settings().drafter == "layerskip"
+    assert not _edit(dialog, "draftModelEdit").isEnabled()  # no file to choose
+    assert dialog.settings().validate() == []
+
+
+def test_tree_controls_follow_the_drafter(make_dialog: MakeDialog, qtbot: QtBot) -> None:
+    dialog = make_dialog()  # prompt lookup, no tree
+    tree = _check(dialog, "treeDraftsCheck")
+    nodes = _spin(dialog, "treeNodesSpin")
+    assert (nodes.minimum(), nodes.maximum(), nodes.value()) == (2, 16, 8)
+    assert tree.isEnabled() and not tree.isChecked()
+    assert not nodes.isEnabled()  # only with tree drafts on
+
+    _click(qtbot, tree)
+    assert tree.isChecked() and nodes.isEnabled()
+    nodes.setValue(6)
+
+    _click(qtbot, _radio(dialog, "drafterNoneRadio"))
+    assert not tree.isEnabled() and not nodes.isEnabled()
+    assert tree.toolTip() == TREE_NEEDS_DRAFTER
+
+    for name in ("drafterDraftRadio", "drafterLayerskipRadio", "drafterLookupRadio"):
+        _click(qtbot, _radio(dialog, name))
+        assert tree.isEnabled() and nodes.isEnabled(), name
+        assert tree.toolTip() == ""
+
+    _click(qtbot, _check(dialog, "speculationCheck"))  # speculation off: nothing to shape
+    assert not tree.isEnabled() and not nodes.isEnabled()
+    _click(qtbot, _check(dialog, "speculationCheck"))
+    assert dialog.settings() == Settings(tree_drafts=True, tree_nodes=6)
+
+
+def test_tree_help_explains_when_trees_win(make_dialog: MakeDialog) -> None:
+    dialog = make_dialog()
+    texts = [label.text() for label in dialog.findChildren(QLabel)]
+    assert TREE_HELP in texts
+    assert "one target batch" in TREE_HELP and "GPU" in TREE_HELP and "CPU" in TREE_HELP
+
+
+def test_new_settings_round_trip_through_the_store(
+    make_dialog: MakeDialog, qtbot: QtBot, tmp_path: Path
+) -> None:
+    store = SettingsStore(tmp_path / "settings.json")
+    dialog = make_dialog(Settings())
+    _click(qtbot, _radio(dialog, "drafterLayerskipRadio"))
+    _click(qtbot, _check(dialog, "treeDraftsCheck"))
+    _spin(dialog, "treeNodesSpin").setValue(12)
+    with qtbot.waitSignal(dialog.accepted, timeout=1000):
+        _click_ok(qtbot, dialog)
+    store.save(dialog.settings())
+
+    loaded = store.load()
+    assert store.load_errors == []
+    assert loaded == Settings(drafter="layerskip", tree_drafts=True, tree_nodes=12)
+    again = make_dialog(loaded)
+    assert _radio(again, "drafterLayerskipRadio").isChecked()
+    assert _check(again, "treeDraftsCheck").isChecked()
+    assert _spin(again, "treeNodesSpin").value() == 12
+    assert again.settings() == loaded
+
+
 def test_gpu_layers_disabled_without_gpu_backend(make_dialog: MakeDialog) -> None:
     dialog = make_dialog(Settings(drafter="draft"), gpu_offload=False)
     for name in ("gpuLayersTargetSpin", "gpuLayersDraftSpin"):
@@ -395,6 +560,13 @@ def test_screenshots(make_dialog: MakeDialog, qtbot: QtBot, tmp_path: Path) -> N
         if index == 0:
             for folder in (tmp_path, Path("/tmp")):
                 assert image.save(str(folder / "settings_dialog.png"))
+        if index == 1:  # with a tree: the nodes spin box enabled
+            _check(dialog, "treeDraftsCheck").setChecked(True)
+            qtbot.wait(10)
+            image = dialog.grab()
+            for folder in (tmp_path, Path("/tmp")):
+                assert image.save(str(folder / "settings_dialog_speculation.png"))
+            _check(dialog, "treeDraftsCheck").setChecked(False)
 
     tabs.setCurrentIndex(0)
     _click(qtbot, _radio(dialog, "drafterDraftRadio"))

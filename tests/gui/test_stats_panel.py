@@ -13,15 +13,19 @@ from PySide6.QtGui import QColor, QImage, QPalette
 from PySide6.QtWidgets import QLabel, QScrollArea
 from pytestqt.qtbot import QtBot
 
+from gambit.engine.backend import BackendInfo
 from gambit.engine.metrics import MetricsSnapshot
 from gambit.ui import theme
 from gambit.ui.stats_panel import PLACEHOLDER, TOOLTIPS, StatsPanel, speedup_tone
+from gambit.worker import EngineInfo
 
 COUNTERS = [
     "acceptedValue",
     "acceptanceValue",
     "acceptanceRollingValue",
     "gammaValue",
+    "shapeValue",
+    "sideGainValue",
     "gammaReasonValue",
     "tokensPerSecondValue",
     "baselineValue",
@@ -57,6 +61,25 @@ BASE = MetricsSnapshot(
 
 def snap(**changes: Any) -> MetricsSnapshot:
     return dataclasses.replace(BASE, **changes)
+
+
+BACKEND = BackendInfo(
+    gpu_offload=False, cpu_features=("AVX2", "FMA"), system_info="CPU : AVX2 = 1", threads=2
+)
+
+
+def engine_info(**changes: Any) -> EngineInfo:
+    info = EngineInfo(
+        target_name="SmolLM2-135M-Instruct.F16.gguf",
+        draft_name=None,
+        drafter="layerskip",
+        drafter_label="layer skip",
+        n_ctx=4096,
+        backend=BACKEND,
+        load_seconds=1.5,
+        drafter_detail="skips blocks 12, 15, 18 of 30 · tree, up to 8 nodes",
+    )
+    return dataclasses.replace(info, **changes)
 
 
 @pytest.fixture
@@ -308,20 +331,80 @@ def test_backend_line(panel: StatsPanel) -> None:
     assert not label.isVisible()
 
 
+def visible(panel: StatsPanel, name: str) -> bool:
+    label = panel.findChild(QLabel, name)
+    assert label is not None, name
+    return label.isVisible()
+
+
+def test_tree_shape_shows_only_for_trees(qtbot: QtBot, panel: StatsPanel) -> None:
+    assert not visible(panel, "shapeValue")
+    show(qtbot, panel, snap(tree=True, gamma=4, side_nodes=2, n_side=40, side_gain=3))
+    assert visible(panel, "shapeValue") and visible(panel, "sideGainValue")
+    assert text(panel, "shapeValue") == "γ 4 + 2 side nodes"
+    assert text(panel, "sideGainValue") == "3 / 40"
+    assert text(panel, "gammaValue") == "4"  # the main chain, as the γ chart plots it
+    show(qtbot, panel, snap(tree=True, gamma=3, side_nodes=1, elapsed_s=3.5))
+    assert text(panel, "shapeValue") == "γ 3 + 1 side node"
+    show(qtbot, panel, snap(tree=True, gamma=5, side_nodes=0, elapsed_s=4.0))
+    assert text(panel, "shapeValue") == "γ 5, a plain chain"  # the controller kept it narrow
+    show(qtbot, panel, snap(tree=True, gamma=0, side_nodes=0, elapsed_s=4.5))
+    assert text(panel, "shapeValue") == "off"
+    show(qtbot, panel, snap(tree=False, gamma=4, side_nodes=0, elapsed_s=5.0))
+    assert not visible(panel, "shapeValue")  # a chain drafter: no tree to describe
+    assert not visible(panel, "sideGainValue")
+    show(qtbot, panel, snap(tree=True, elapsed_s=5.5))
+    panel.start_reply()
+    assert not visible(panel, "shapeValue")
+
+
+def test_acceptance_is_by_depth(panel: StatsPanel) -> None:
+    captions = [label.text() for label in panel.findChildren(QLabel)]
+    assert "Acceptance by depth" in captions
+    assert not any("position" in c for c in captions)
+    view = panel.findChild(QChartView, "acceptanceChart")
+    assert view is not None and "depth d" in view.toolTip()
+
+
+def test_engine_line_shows_the_drafter_shape(panel: StatsPanel) -> None:
+    assert not visible(panel, "drafterValue")
+    panel.set_engine(engine_info())
+    assert visible(panel, "drafterValue") and visible(panel, "backendValue")
+    assert text(panel, "drafterValue") == (
+        "Drafter: layer skip · skips blocks 12, 15, 18 of 30 · tree, up to 8 nodes"
+    )
+    assert text(panel, "backendValue") == BACKEND.summary
+
+    panel.set_engine(engine_info(drafter="lookup", drafter_label="prompt lookup",
+                                 drafter_detail="tree, up to 6 nodes"))  # fmt: skip
+    assert text(panel, "drafterValue") == "Drafter: prompt lookup · tree, up to 6 nodes"
+
+    panel.set_engine(engine_info(drafter="none", drafter_label=None, drafter_detail=None))
+    assert not visible(panel, "drafterValue")  # nothing drafts
+    assert visible(panel, "backendValue")
+    panel.set_engine(None)  # loading failed
+    assert not visible(panel, "drafterValue") and not visible(panel, "backendValue")
+
+
 def test_screenshot(qtbot: QtBot, panel: StatsPanel, tmp_path: Path) -> None:
-    panel.set_backend("CPU · 2 threads · AVX2")
+    panel.set_engine(engine_info())
     for i in range(1, 41):
-        gamma = 4 if i < 25 else 0
+        gamma = 0 if 20 <= i < 30 else 4  # off for a while, then back on
         show_now = snap(
             elapsed_s=0.25 * i,
             tokens_per_s=30.0 + 12.0 * (i % 5) / 4 + (10.0 if gamma else -3.0),
             gamma=gamma,
-            gamma_reason="on: expected 1.38x" if gamma else "off: expected 0.82x",
+            gamma_reason="on: expected 1.38x with 2 side nodes" if gamma else "off: expected 0.82x",
+            tree=True,
+            side_nodes=2 if gamma else 0,
+            n_side=2 * min(i, 20) + 2 * max(0, i - 29),
+            side_gain=min(i, 20) // 4,
         )
         panel.set_snapshot(show_now)
         panel._on_repaint_timer()
     path = tmp_path / "panel.png"
     assert panel.grab().save(str(path))
+    assert panel.grab().save("/tmp/stats_panel.png")
     assert path.stat().st_size > 0
     image = QImage(str(path))
     assert not image.isNull()

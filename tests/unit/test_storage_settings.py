@@ -32,6 +32,7 @@ def test_defaults_table() -> None:
     assert s.target_model == "" and s.target_path() is None
     assert (s.drafter, s.draft_model, s.speculation) == ("lookup", "", True)
     assert (s.policy, s.fixed_gamma, s.gamma_max) == ("adaptive", 4, 8)
+    assert (s.tree_drafts, s.tree_nodes) == (False, 8)
     assert (s.temperature, s.top_k, s.top_p, s.min_p) == (0.7, 40, 0.95, 0.05)
     assert (s.repeat_penalty, s.seed, s.max_tokens, s.system_prompt) == (1.0, -1, 512, "")
     assert (s.threads, s.gpu_layers_target, s.gpu_layers_draft) == (0, 0, 0)
@@ -83,7 +84,9 @@ def test_defaults_validate() -> None:
         ({"gamma_max": 3}, "Fixed γ must be between 1 and max γ (3)."),
         ({"gamma_max": 0, "fixed_gamma": 0}, "Max γ must be between 1 and 16."),
         ({"drafter": "draft"}, "Draft model: choose a file when the drafter is 'draft model'."),
-        ({"drafter": "magic"}, "Drafter must be one of 'none', 'draft', 'lookup'."),
+        ({"drafter": "magic"}, "Drafter must be one of 'none', 'draft', 'lookup', 'layerskip'."),
+        ({"tree_nodes": 1}, "Tree nodes must be between 2 and 16."),
+        ({"tree_nodes": 17}, "Tree nodes must be between 2 and 16."),
         ({"policy": "off"}, "γ policy must be one of 'adaptive', 'fixed'."),
     ],
 )
@@ -156,6 +159,38 @@ def test_engine_config_draft_model(model_file: Path, tmp_path: Path) -> None:
 def test_engine_config_no_drafter(model_file: Path) -> None:
     config = Settings(drafter="none", draft_model="/left/over.gguf").engine_config(model_file)
     assert (config.drafter, config.draft) == ("none", None)
+    assert config.tree is False
+
+
+def test_engine_config_layer_skip_takes_the_draft_the_worker_found(
+    model_file: Path, tmp_path: Path
+) -> None:
+    s = Settings(drafter="layerskip", draft_model="/left/over.gguf", gpu_layers_draft=5)
+    assert s.validate() == []  # no draft file to choose: the worker finds or measures it
+    assert s.draft_path() is None
+    found = tmp_path / "model.layerskip.gguf"
+    config = s.engine_config(model_file, layer_skip_draft=found)
+    assert (config.drafter, config.draft) == ("layerskip", found)
+    assert config.draft_options is not None and config.draft_options.n_gpu_layers == 5
+    assert config.target_options == s.target_options()
+    # only the layer-skip drafter uses it
+    assert Settings(drafter="lookup").engine_config(model_file, found).draft is None
+
+
+@pytest.mark.parametrize("drafter", ["draft", "layerskip", "lookup"])
+def test_engine_config_tree_drafts(model_file: Path, drafter: str) -> None:
+    s = Settings(drafter=drafter, draft_model=str(model_file))  # type: ignore[arg-type]
+    chain = s.engine_config(model_file)
+    assert (chain.tree, chain.tree_nodes) == (False, 8)
+    tree = s.with_(tree_drafts=True, tree_nodes=12).engine_config(model_file)
+    assert (tree.tree, tree.tree_nodes) == (True, 12)
+
+
+def test_engine_config_no_tree_without_a_drafter(model_file: Path) -> None:
+    # the setting is kept for when a drafter is chosen again, but not asked of the engine
+    s = Settings(drafter="none", tree_drafts=True, tree_nodes=4)
+    assert s.validate() == []
+    assert s.engine_config(model_file).tree is False
 
 
 def test_generation_config() -> None:
@@ -205,6 +240,11 @@ def test_round_trip(settings_path: Path) -> None:
     assert isinstance(loaded.temperature, float)
     data = json.loads(settings_path.read_text(encoding="utf-8"))
     assert data["drafter"] == "draft" and data["seed"] == 42
+
+    trees = Settings(drafter="layerskip", tree_drafts=True, tree_nodes=5)
+    store.save(trees)
+    assert store.load() == trees
+    assert store.load_errors == []
 
     store.save(Settings())  # overwrite
     assert store.load() == Settings()
@@ -308,6 +348,30 @@ def test_wrong_types_fall_back_per_field(settings_path: Path) -> None:
     assert '"hot"' in joined and "using the default (0.7)" in joined
     assert settings_path.exists()  # a readable file is not moved aside
     assert not settings_path.with_name("settings.json.bad").exists()
+
+
+def test_a_file_from_before_tree_drafts_loads_cleanly(settings_path: Path) -> None:
+    # Written by a Gambit that knew neither trees nor layer skipping.
+    settings_path.parent.mkdir(parents=True)
+    settings_path.write_text(
+        json.dumps({"drafter": "lookup", "policy": "fixed", "fixed_gamma": 3, "gamma_max": 8}),
+        encoding="utf-8",
+    )
+    store = SettingsStore(settings_path)
+    s = store.load()
+    assert store.load_errors == []
+    assert s == Settings(policy="fixed", fixed_gamma=3)
+    assert (s.tree_drafts, s.tree_nodes) == (False, 8)
+
+
+def test_bad_tree_values_fall_back_or_get_reported(settings_path: Path) -> None:
+    settings_path.parent.mkdir(parents=True)
+    settings_path.write_text('{"tree_drafts": "yes", "tree_nodes": 40}', encoding="utf-8")
+    store = SettingsStore(settings_path)
+    s = store.load()
+    assert [e.split(":")[0] for e in store.load_errors] == ["Tree drafts"]
+    assert (s.tree_drafts, s.tree_nodes) == (False, 40)  # a whole number: validate's business
+    assert s.validate() == ["Tree nodes must be between 2 and 16."]
 
 
 def test_values_of_the_right_type_load_even_if_invalid(settings_path: Path) -> None:

@@ -21,7 +21,13 @@ from typing import Any, Literal
 from gambit.engine.decoder import GenerationConfig
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
-from gambit.engine.session import DrafterKind, EngineConfig
+from gambit.engine.session import (
+    TREE_DRAFTERS,  # the drafters that can propose a token tree instead of a chain
+    TREE_NODES_MAX,
+    TREE_NODES_MIN,  # draft tokens per tree round (the verification batch is one more)
+    DrafterKind,
+    EngineConfig,
+)
 from gambit.errors import GambitError
 from gambit.storage import paths
 from gambit.storage.files import write_atomic
@@ -41,13 +47,15 @@ class Settings:
 
     # Models
     target_model: str = ""  # "": the embedded default model
-    drafter: DrafterKind = "lookup"
+    drafter: DrafterKind = "lookup"  # "layerskip": the target itself, some blocks skipped
     draft_model: str = ""  # with drafter="draft"
     # Speculation
     speculation: bool = True  # off: the drafter stays loaded, rounds draft nothing
     policy: PolicyChoice = "adaptive"
     fixed_gamma: int = 4
     gamma_max: int = 8
+    tree_drafts: bool = False  # a token tree per round instead of a chain (TREE_DRAFTERS)
+    tree_nodes: int = 8  # the most draft tokens in one tree round
     # Sampling
     temperature: float = 0.7
     top_k: int = 40  # 0: off
@@ -124,6 +132,11 @@ class Settings:
             1 <= self.fixed_gamma <= self.gamma_max,
             f"Fixed γ must be between 1 and max γ ({self.gamma_max}).",
         )
+        check(
+            "tree_nodes",
+            TREE_NODES_MIN <= self.tree_nodes <= TREE_NODES_MAX,
+            f"Tree nodes must be between {TREE_NODES_MIN} and {TREE_NODES_MAX}.",
+        )
         check("temperature", self.temperature >= 0, "Temperature must be 0 or more.")
         check("top_k", self.top_k >= 0, "Top-k must be 0 (off) or more.")
         check("top_p", 0 < self.top_p <= 1, "Top-p must be more than 0 and at most 1.")
@@ -160,30 +173,43 @@ class Settings:
         return problems
 
     # ------------------------------------------------------------ engine config
-    def engine_config(self, target_path: Path) -> EngineConfig:
-        """The engine to load, with ``target_path`` resolved by the caller
-        (``target_path()``, or the default model when that is None).
-
-        The drafter is loaded even when speculation is off: the switch is
-        flipped on the running engine (``decoder.speculation_enabled``), which
-        keeps what the γ controller has learned. Call ``validate()`` first:
-        invalid values raise ValueError here.
-        """
-        target_options = RuntimeOptions(
+    def target_options(self) -> RuntimeOptions:
+        """How llama.cpp runs the target (and, but for GPU layers, the draft)."""
+        return RuntimeOptions(
             n_ctx=self.context_size,
             n_threads=self.threads,
             n_gpu_layers=self.gpu_layers_target,
             strict_batch_invariance=self.exact_kernels,
         )
+
+    def engine_config(
+        self, target_path: Path, layer_skip_draft: Path | None = None
+    ) -> EngineConfig:
+        """The engine to load, with ``target_path`` resolved by the caller
+        (``target_path()``, or the default model when that is None).
+
+        The drafter is loaded even when speculation is off: the switch is
+        flipped on the running engine (``decoder.speculation_enabled``), which
+        keeps what the γ controller has learned. Tree drafts are asked for only
+        with a drafter that can draft a tree. With the "layerskip" drafter the
+        draft is ``layer_skip_draft``, the target's layer-skip GGUF, which the
+        worker finds (or measures, the first time) before it builds the config;
+        it is ignored for the other drafters. Call ``validate()`` first:
+        invalid values raise ValueError here.
+        """
+        target_options = self.target_options()
+        draft = layer_skip_draft if self.drafter == "layerskip" else self.draft_path()
         return EngineConfig(
             target=target_path,
             drafter=self.drafter,
-            draft=self.draft_path(),
+            draft=draft,
             target_options=target_options,
             draft_options=dataclasses.replace(target_options, n_gpu_layers=self.gpu_layers_draft),
             policy=self.policy,
             gamma=self.fixed_gamma,
             gamma_max=self.gamma_max,
+            tree=self.tree_drafts and self.drafter in TREE_DRAFTERS,
+            tree_nodes=self.tree_nodes,
         )
 
     def generation_config(self) -> GenerationConfig:
@@ -210,6 +236,8 @@ LABELS: dict[str, str] = {
     "policy": "γ policy",
     "fixed_gamma": "Fixed γ",
     "gamma_max": "Max γ",
+    "tree_drafts": "Tree drafts",
+    "tree_nodes": "Tree nodes",
     "temperature": "Temperature",
     "top_k": "Top-k",
     "top_p": "Top-p",

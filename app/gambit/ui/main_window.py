@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, QPoint, Qt, QTimer, Signal, Slot
@@ -35,14 +34,15 @@ from gambit.ui.chat_view import ChatMessage, ChatView
 from gambit.ui.models_dialog import ModelsDialog
 from gambit.ui.settings_dialog import SettingsDialog
 from gambit.ui.stats_panel import StatsPanel
-from gambit.worker import EngineInfo, ReplyDelta, ReplyResult, WorkerThread
+from gambit.worker import EngineInfo, EngineRequest, ReplyDelta, ReplyResult, WorkerThread
 
 log = logging.getLogger(__name__)
 
 # Settings whose change needs the models reloaded.
 _ENGINE_FIELDS = (
     "target_model", "drafter", "draft_model", "policy", "fixed_gamma", "gamma_max",
-    "threads", "gpu_layers_target", "gpu_layers_draft", "context_size", "exact_kernels",
+    "tree_drafts", "tree_nodes", "threads", "gpu_layers_target", "gpu_layers_draft",
+    "context_size", "exact_kernels",
 )  # fmt: skip
 
 
@@ -86,7 +86,7 @@ class LatencyProbe:
 
 
 class MainWindow(QMainWindow):
-    request_load = Signal(object, object)  # EngineConfig | None, config factory
+    request_load = Signal(object, object)  # EngineRequest (or EngineConfig), None
     request_generate = Signal(object, object)  # list[Message], GenerationConfig
 
     def __init__(
@@ -224,10 +224,13 @@ class MainWindow(QMainWindow):
         self.engine_info = None
         self.worker.set_speculation(s.speculation)
         self.model_label.setText("Loading…")
-        if s.target_model:
-            self.request_load.emit(s.engine_config(Path(s.target_model)), None)
-        else:
-            self.request_load.emit(None, s.engine_config)
+        request = EngineRequest(
+            target=s.target_path(),
+            make_config=s.engine_config,
+            layer_skip=s.drafter == "layerskip",
+            options=s.target_options(),
+        )
+        self.request_load.emit(request, None)
         self._update_buttons()
 
     @Slot(str)
@@ -241,7 +244,7 @@ class MainWindow(QMainWindow):
         if info.draft_name:
             drafter += f" ({info.draft_name})"
         self.model_label.setText(f"{info.target_name}{drafter}")
-        self.stats.set_backend(info.backend.summary)
+        self.stats.set_engine(info)
         self.statusBar().showMessage(f"Ready — loaded in {info.load_seconds:.1f} s", 5000)
         self._update_speculation_label()
         self._update_buttons()
@@ -249,6 +252,7 @@ class MainWindow(QMainWindow):
     @Slot(str)
     def _on_load_failed(self, message: str) -> None:
         self.engine_info = None
+        self.stats.set_engine(None)
         self.model_label.setText("No model loaded")
         self.statusBar().showMessage("The model could not be loaded — see Settings", 10000)
         self._show_error("The model could not be loaded", message)

@@ -1295,6 +1295,7 @@ class ModelsDialog(QDialog):
         drafter = {
             "none": "none",
             "lookup": "prompt lookup",
+            "layerskip": "self-speculation (skip layers)",
             "draft": f"draft model {_html(Path(self._draft).name) if self._draft else '(none)'}",
         }[self._drafter]
         changed = self.chosen_settings() != self._settings

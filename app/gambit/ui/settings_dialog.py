@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Slot
+from PySide6.QtCore import Qt, QTimer, Slot
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractButton,
@@ -34,8 +34,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gambit.engine.session import DrafterKind
-from gambit.models.default_model import DEFAULT_MODEL_NAME
+from gambit.engine.session import TREE_DRAFTERS, TREE_NODES_MAX, TREE_NODES_MIN, DrafterKind
+from gambit.models.default_model import DEFAULT_MODEL_FILE, DEFAULT_MODEL_NAME, bundled_model_path
+from gambit.models.mtp import MtpAvailability, mtp_availability, without_heads
 from gambit.storage.paths import models_dir
 from gambit.storage.settings import (
     CONTEXT_MAX,
@@ -52,7 +53,19 @@ NO_GPU_TOOLTIP = "This llama.cpp build has no GPU backend"
 EXACT_KERNELS_HELP = (
     "Same tokens with speculation on and off at temperature 0; about 8 % slower decoding"
 )
+LAYERSKIP_HELP = (
+    "The target drafts for itself with some of its blocks skipped. The first load measures"
+    " which blocks to skip (about a minute); on very small models it rarely pays, and the"
+    " controller then switches it off."
+)
+TREE_HELP = (
+    "Drafts several candidate continuations and verifies them all in one target batch."
+    " Wins when batches are cheap (a GPU); on a CPU the controller measures the cost and"
+    " may keep the tree narrow."
+)
+TREE_NEEDS_DRAFTER = "Trees need a drafter: prompt lookup, a draft model or self-speculation."
 GGUF_FILTER = "GGUF models (*.gguf);;All files (*)"
+MTP_CHECK_DELAY_MS = 250  # after the last edit of the target path
 MIN_WIDTH = 560
 _INT_MAX = 2**31 - 1
 
@@ -244,31 +257,50 @@ class SettingsDialog(QDialog):
 
         self.drafter_none_radio = QRadioButton("None")
         self.drafter_none_radio.setObjectName("drafterNoneRadio")
-        self.drafter_draft_radio = QRadioButton("Draft model")
-        self.drafter_draft_radio.setObjectName("drafterDraftRadio")
         self.drafter_lookup_radio = QRadioButton("Prompt lookup")
         self.drafter_lookup_radio.setObjectName("drafterLookupRadio")
+        self.drafter_draft_radio = QRadioButton("Draft model")
+        self.drafter_draft_radio.setObjectName("drafterDraftRadio")
+        self.drafter_layerskip_radio = QRadioButton("Self-speculation (skip layers)")
+        self.drafter_layerskip_radio.setObjectName("drafterLayerskipRadio")
+        # Never selectable in this build: the help line under it says why, for this target.
+        self.drafter_mtp_radio = QRadioButton("Multi-token prediction heads")
+        self.drafter_mtp_radio.setObjectName("drafterMtpRadio")
+        self.drafter_mtp_radio.setEnabled(False)
         self.drafter_group = QButtonGroup(self)
         drafters = QVBoxLayout()
         drafters.setContentsMargins(0, 0, 0, 0)
         drafters.setSpacing(2)
-        for radio, help_text in (
-            (self.drafter_none_radio, "The target model writes every token on its own."),
+        self.drafter_help: dict[str, QLabel] = {}
+        for key, radio, help_text in (
+            ("none", self.drafter_none_radio, "The target model writes every token on its own."),
             (
-                self.drafter_draft_radio,
-                "A smaller model with the same tokenizer guesses ahead.",
-            ),
-            (
+                "lookup",
                 self.drafter_lookup_radio,
                 "Copies ahead from the conversation: free, strong on rewriting and code edits.",
             ),
+            (
+                "draft",
+                self.drafter_draft_radio,
+                "A smaller model with the same tokenizer guesses ahead.",
+            ),
+            ("layerskip", self.drafter_layerskip_radio, LAYERSKIP_HELP),
+            ("mtp", self.drafter_mtp_radio, ""),
         ):
             self.drafter_group.addButton(radio)
             drafters.addWidget(radio, 0, Qt.AlignmentFlag.AlignLeft)
             help_label = theme.muted_label(help_text)
+            help_label.setObjectName(f"drafterHelp_{key}")
             help_label.setContentsMargins(22, 0, 0, 4)
             drafters.addWidget(help_label)
+            self.drafter_help[key] = help_label
         self.drafter_group.buttonToggled.connect(self._update_enabled)
+        self._mtp: MtpAvailability | None = None
+        self._mtp_timer = QTimer(self)
+        self._mtp_timer.setSingleShot(True)
+        self._mtp_timer.setInterval(MTP_CHECK_DELAY_MS)
+        self._mtp_timer.timeout.connect(self.update_mtp)
+        self.target_model_edit.textChanged.connect(self._mtp_timer.start)
 
         self.draft_model_edit = QLineEdit()
         self.draft_model_edit.setObjectName("draftModelEdit")
@@ -351,6 +383,13 @@ class SettingsDialog(QDialog):
         self.gamma_max_spin = _spin("gammaMaxSpin", 1, GAMMA_MAX_LIMIT)
         self.gamma_max_spin.setSuffix(" tokens")
 
+        self.tree_drafts_check = QCheckBox("Draft a token tree")
+        self.tree_drafts_check.setObjectName("treeDraftsCheck")
+        self.tree_drafts_check.toggled.connect(self._update_enabled)
+        self.tree_nodes_spin = _spin("treeNodesSpin", TREE_NODES_MIN, TREE_NODES_MAX)
+        self.tree_nodes_spin.setSuffix(" tokens")
+        self._tree_nodes_label = QLabel(_label("tree_nodes"))
+
         self.exact_kernels_check = QCheckBox("Exact kernels")
         self.exact_kernels_check.setObjectName("exactKernelsCheck")
         self.highlight_drafted_check = QCheckBox("Highlight drafted tokens")
@@ -381,6 +420,15 @@ class SettingsDialog(QDialog):
             _with_help(
                 _left(self.gamma_max_spin),
                 "The longest draft: the adaptive policy's ceiling and the limit for fixed γ.",
+            ),
+        )
+        speculation.addRow(_label("tree_drafts"), _with_help(self.tree_drafts_check, TREE_HELP))
+        speculation.addRow(
+            self._tree_nodes_label,
+            _with_help(
+                _left(self.tree_nodes_spin),
+                "The most draft tokens in one tree round; the target checks them, plus one,"
+                " in a single batch.",
             ),
         )
 
@@ -482,11 +530,7 @@ class SettingsDialog(QDialog):
     def _load(self, s: Settings) -> None:
         """Show ``s`` in the widgets."""
         self.target_model_edit.setText(s.target_model)
-        {
-            "none": self.drafter_none_radio,
-            "draft": self.drafter_draft_radio,
-            "lookup": self.drafter_lookup_radio,
-        }[s.drafter].setChecked(True)
+        self._drafter_radios()[s.drafter].setChecked(True)
         self.draft_model_edit.setText(s.draft_model)
         self.context_size_spin.setValue(s.context_size)
         self.threads_spin.setValue(s.threads)
@@ -499,6 +543,8 @@ class SettingsDialog(QDialog):
         ].setChecked(True)
         self.fixed_gamma_spin.setValue(s.fixed_gamma)
         self.gamma_max_spin.setValue(s.gamma_max)
+        self.tree_drafts_check.setChecked(s.tree_drafts)
+        self.tree_nodes_spin.setValue(s.tree_nodes)
         self.exact_kernels_check.setChecked(s.exact_kernels)
         self.highlight_drafted_check.setChecked(s.highlight_drafted)
         self.show_stats_check.setChecked(s.show_stats)
@@ -513,12 +559,20 @@ class SettingsDialog(QDialog):
 
         self.system_prompt_edit.setPlainText(s.system_prompt)
         self._update_enabled()
+        self.update_mtp()
+
+    def _drafter_radios(self) -> dict[DrafterKind, QRadioButton]:
+        return {
+            "none": self.drafter_none_radio,
+            "lookup": self.drafter_lookup_radio,
+            "draft": self.drafter_draft_radio,
+            "layerskip": self.drafter_layerskip_radio,
+        }
 
     def _drafter(self) -> DrafterKind:
-        if self.drafter_draft_radio.isChecked():
-            return "draft"
-        if self.drafter_lookup_radio.isChecked():
-            return "lookup"
+        for kind, radio in self._drafter_radios().items():
+            if radio.isChecked():
+                return kind
         return "none"
 
     def _policy(self) -> PolicyChoice:
@@ -538,6 +592,8 @@ class SettingsDialog(QDialog):
             policy=self._policy(),
             fixed_gamma=self.fixed_gamma_spin.value(),
             gamma_max=self.gamma_max_spin.value(),
+            tree_drafts=self.tree_drafts_check.isChecked(),
+            tree_nodes=self.tree_nodes_spin.value(),
             exact_kernels=self.exact_kernels_check.isChecked(),
             highlight_drafted=self.highlight_drafted_check.isChecked(),
             show_stats=self.show_stats_check.isChecked(),
@@ -595,6 +651,8 @@ class SettingsDialog(QDialog):
             "policy": self.policy_adaptive_radio,
             "fixed_gamma": self.fixed_gamma_spin,
             "gamma_max": self.gamma_max_spin,
+            "tree_drafts": self.tree_drafts_check,
+            "tree_nodes": self.tree_nodes_spin,
             "exact_kernels": self.exact_kernels_check,
             "highlight_drafted": self.highlight_drafted_check,
             "show_stats": self.show_stats_check,
@@ -658,10 +716,12 @@ class SettingsDialog(QDialog):
         self._show_errors([])
 
     def _update_enabled(self) -> None:
-        draft = self.drafter_draft_radio.isChecked()
+        drafter = self._drafter()
+        draft = drafter == "draft"
         self.draft_model_edit.setEnabled(draft)
         self.draft_browse.setEnabled(draft)
-        gpu_draft_useful = self._gpu_offload and draft
+        # a layer-skip draft is a second (slimmer) copy of the target: it can be offloaded too
+        gpu_draft_useful = self._gpu_offload and drafter in ("draft", "layerskip")
         self.gpu_layers_draft_spin.setEnabled(gpu_draft_useful)
         self._gpu_draft_label.setEnabled(gpu_draft_useful)
 
@@ -669,6 +729,38 @@ class SettingsDialog(QDialog):
         for widget in (self.policy_adaptive_radio, self.policy_fixed_radio, self.gamma_max_spin):
             widget.setEnabled(speculating)
         self.fixed_gamma_spin.setEnabled(speculating and self.policy_fixed_radio.isChecked())
+
+        tree_possible = speculating and drafter in TREE_DRAFTERS
+        self.tree_drafts_check.setEnabled(tree_possible)
+        self.tree_drafts_check.setToolTip("" if drafter in TREE_DRAFTERS else TREE_NEEDS_DRAFTER)
+        tree_on = tree_possible and self.tree_drafts_check.isChecked()
+        self.tree_nodes_spin.setEnabled(tree_on)
+        self._tree_nodes_label.setEnabled(tree_on)
+
+    def mtp(self) -> MtpAvailability:
+        """Whether the chosen target's multi-token-prediction heads can draft, and why not."""
+        if self._mtp is None:
+            self.update_mtp()
+        assert self._mtp is not None
+        return self._mtp
+
+    @Slot()
+    def update_mtp(self) -> None:
+        """Read the chosen target's header and say on the MTP item why it is not offered."""
+        self._mtp_timer.stop()
+        text = self.target_model_edit.text().strip()
+        if text:
+            self._mtp = mtp_availability(Path(text).expanduser())
+        else:
+            default = _default_model_file()
+            self._mtp = (
+                mtp_availability(default)
+                if default is not None
+                else without_heads(DEFAULT_MODEL_NAME)
+            )
+        self.drafter_mtp_radio.setEnabled(False)  # no MTP drafter in Gambit yet, whatever the file
+        self.drafter_mtp_radio.setToolTip(self._mtp.reason)
+        self.drafter_help["mtp"].setText(self._mtp.reason)
 
     def _browse(self, edit: QLineEdit, caption: str) -> None:
         """Open a non-blocking file dialog for a .gguf file; the choice goes into ``edit``."""
@@ -686,3 +778,12 @@ class SettingsDialog(QDialog):
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.fileSelected.connect(edit.setText)
         dialog.open()
+
+
+def _default_model_file() -> Path | None:
+    """The embedded default model's file, if it is on disk (it is fetched on first start)."""
+    bundled = bundled_model_path()
+    if bundled is not None:
+        return bundled
+    candidate = models_dir() / DEFAULT_MODEL_FILE
+    return candidate if candidate.is_file() else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from PySide6.QtCharts import (
     QAbstractBarSeries,
@@ -42,6 +42,9 @@ from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
 from gambit.ui import theme
 from gambit.ui.theme import Tone
 
+if TYPE_CHECKING:
+    from gambit.worker import EngineInfo
+
 REPAINT_INTERVAL_MS: Final = 100
 MAX_POINTS: Final = 200  # samples kept per time chart
 CHART_HEIGHT: Final = 160
@@ -64,7 +67,16 @@ TOOLTIPS: Final[dict[str, str]] = {
         f"Accepted draft tokens / drafted tokens over the last {_WINDOW} rounds."
     ),
     "gammaValue": (
-        "γ: draft tokens proposed per round by the controller; 0 means speculation is off."
+        "γ: draft tokens proposed per round by the controller (a tree's main chain; side "
+        "nodes come on top); 0 means speculation is off."
+    ),
+    "shapeValue": (
+        "The token tree the controller drafts now: a main chain of γ tokens plus side nodes "
+        "(other candidates at some depths), all verified in one target batch."
+    ),
+    "sideGainValue": (
+        "Draft tokens accepted thanks to side nodes / side nodes drafted, this reply: "
+        "what the tree won over a plain chain."
     ),
     "gammaReasonValue": (
         "Why the controller chose this γ: the expected speedup over plain decoding, "
@@ -84,8 +96,9 @@ CHART_TOOLTIPS: Final[dict[str, str]] = {
     "tokensPerSecondChart": "Rolling tokens/s over the reply's elapsed seconds; dashed: baseline.",
     "gammaChart": "The controller's γ over the reply's elapsed seconds (0: speculation off).",
     "acceptanceChart": (
-        "α_i: the share of draft tokens accepted at position i, given that the ones "
-        "before it were accepted, in this reply."
+        "α_d: of the rounds in this reply that reached depth d (every draft token before "
+        "it accepted), the share in which a draft token at depth d was accepted: the main "
+        "chain's or, in a tree, a side node's."
     ),
 }
 
@@ -116,6 +129,21 @@ def format_percent(fraction: float) -> str:
 
 def format_speedup(speedup: float) -> str:
     return f"{speedup:.2f}×"
+
+
+def format_shape(gamma: int, side_nodes: int) -> str:
+    """The controller's tree: ``"γ 4 + 2 side nodes"``; a bare chain says so."""
+    if gamma <= 0:
+        return "off"
+    if side_nodes <= 0:
+        return f"γ {gamma}, a plain chain"
+    return f"γ {gamma} + {side_nodes} side node{'s' if side_nodes != 1 else ''}"
+
+
+def drafter_line(info: EngineInfo) -> str:
+    """``"Drafter: self-speculation · skips blocks 12, 15, 18 of 30"``; "" without a drafter."""
+    parts = [p for p in (info.drafter_label, info.drafter_detail) if p]
+    return "Drafter: " + " · ".join(parts) if parts else ""
 
 
 def nice_step(raw: float) -> float:
@@ -224,7 +252,7 @@ def _set_range(axis: QValueAxis, low: float, high: float, step: float) -> None:
 class StatsPanel(QDockWidget):
     """Dock widget with the live figures of the current reply.
 
-    Public API: ``set_snapshot``, ``start_reply``, ``set_backend`` and
+    Public API: ``set_snapshot``, ``start_reply``, ``set_engine``, ``set_backend`` and
     ``repaint_count`` (how many times the timer repainted, for tests and
     profiling). Counter labels carry object names (``speedupValue``, ...).
     """
@@ -281,6 +309,17 @@ class StatsPanel(QDockWidget):
         self._backend.setToolTip(f"Backend: {text}" if text else "")
         self._backend.setVisible(bool(text))
 
+    def set_engine(self, info: EngineInfo | None) -> None:
+        """Show what was loaded: the backend line, and the drafter with its shape
+        (tree size, skipped layers) when it has one; None hides both."""
+        self.set_backend(info.backend.summary if info is not None else "")
+        text = drafter_line(info) if info is not None else ""
+        self._drafter.setText(text)
+        self._drafter.setToolTip(
+            "The drafter loaded with the model, and its shape." if text else ""
+        )
+        self._drafter.setVisible(bool(text))
+
     def value_label(self, name: str) -> QLabel:
         """The counter label called ``name`` (e.g. ``"speedupValue"``)."""
         return self._values[name]
@@ -320,6 +359,11 @@ class StatsPanel(QDockWidget):
             v["acceptanceValue"].setText(PLACEHOLDER)
             v["acceptanceRollingValue"].setText(PLACEHOLDER)
         v["gammaValue"].setText(str(s.gamma))
+        tree = bool(s.tree)
+        v["shapeValue"].setText(format_shape(s.gamma, s.side_nodes) if tree else PLACEHOLDER)
+        v["sideGainValue"].setText(f"{s.side_gain:,} / {s.n_side:,}" if tree else PLACEHOLDER)
+        for label in self._shape_tile:
+            label.setVisible(tree)
         v["gammaReasonValue"].setText(s.gamma_reason or PLACEHOLDER)
         rate = format_rate(s.tokens_per_s) if s.n_tokens else PLACEHOLDER
         v["tokensPerSecondValue"].setText(rate)
@@ -381,6 +425,8 @@ class StatsPanel(QDockWidget):
         self._n_positions = 0
         for label in self._values.values():
             label.setText(PLACEHOLDER)
+        for label in self._shape_tile:
+            label.setVisible(False)
         self._set_tone(self._values["speedupValue"], "neutral")
 
     def _reset_axes(self) -> None:
@@ -403,7 +449,7 @@ class StatsPanel(QDockWidget):
     def _apply_palette(self) -> None:
         palette = self.palette()
         muted = theme.muted(palette)
-        for label in [*self._captions, *self._headings, self._backend]:
+        for label in [*self._captions, *self._headings, self._backend, self._drafter]:
             p = label.palette()
             p.setColor(QPalette.ColorRole.WindowText, muted)
             label.setPalette(p)
@@ -458,6 +504,12 @@ class StatsPanel(QDockWidget):
         self._backend.setFont(self._caption_font)
         self._backend.setVisible(False)
         layout.addWidget(self._backend)
+        self._drafter = QLabel()
+        self._drafter.setObjectName("drafterValue")
+        self._drafter.setFont(self._caption_font)
+        self._drafter.setWordWrap(True)
+        self._drafter.setVisible(False)
+        layout.addWidget(self._drafter)
 
         layout.addWidget(self._heading("Speed"))
         grid = self._grid(layout)
@@ -475,12 +527,16 @@ class StatsPanel(QDockWidget):
         self._tile(grid, 0, 2, f"Last {_WINDOW} rounds", "acceptanceRollingValue")
         self._tile(grid, 2, 0, "γ (draft length)", "gammaValue")
         self._tile(grid, 2, 1, "Controller", "gammaReasonValue", span=2)
+        self._shape_tile = (
+            *self._tile(grid, 4, 0, "Tree shape", "shapeValue", span=2),
+            *self._tile(grid, 4, 2, "Side nodes won", "sideGainValue"),
+        )
         reason = self._values["gammaReasonValue"]
         reason.setFont(self._reason_font)
         reason.setWordWrap(True)
         layout.addWidget(self._chart_caption("γ over time"))
         layout.addWidget(self._build_gamma_chart())
-        layout.addWidget(self._chart_caption("Acceptance by draft position"))
+        layout.addWidget(self._chart_caption("Acceptance by depth"))
         layout.addWidget(self._build_acceptance_chart())
 
         layout.addWidget(self._heading("Latency"))
@@ -524,7 +580,7 @@ class StatsPanel(QDockWidget):
 
     def _tile(
         self, grid: QGridLayout, row: int, column: int, caption: str, name: str, span: int = 1
-    ) -> None:
+    ) -> tuple[QLabel, QLabel]:
         tip = TOOLTIPS[name]
         title = QLabel(caption)
         title.setFont(self._caption_font)
@@ -539,6 +595,7 @@ class StatsPanel(QDockWidget):
         grid.addWidget(title, row, column, 1, span)
         grid.addWidget(value, row + 1, column, 1, span)
         self._values[name] = value
+        return title, value
 
     def _build_tps_chart(self) -> QChartView:
         card = _ChartCard("tokensPerSecondChart", self._chart_font)

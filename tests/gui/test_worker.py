@@ -1,0 +1,203 @@
+"""The engine worker on its own thread, with the real engine and the small real model.
+
+Requests go in through queued signals, as the main window sends them; the
+layer-skip search itself (about a minute) is replaced by a stand-in that
+writes a real layer-skip draft with a fixed set of blocks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QObject, Signal
+from pytestqt.qtbot import QtBot
+
+from gambit.engine.chat import Message
+from gambit.engine.decoder import GenerationConfig, StopReason
+from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.sampling import SamplingParams
+from gambit.engine.session import EngineConfig
+from gambit.models import layerskip
+from gambit.storage.settings import Settings
+from gambit.worker import EngineInfo, EngineRequest, ReplyResult, WorkerThread
+
+LOAD_TIMEOUT_MS = 120_000
+REPLY_TIMEOUT_MS = 120_000
+OPTIONS = RuntimeOptions(n_ctx=1024, n_threads=2)
+GREEDY = GenerationConfig(max_tokens=32, sampling=SamplingParams(temperature=0.0))
+COPY_PROMPT = [
+    Message(
+        "user",
+        "Repeat this sentence twice, exactly: The quick brown fox jumps over the lazy dog.",
+    )
+]
+
+
+class Requests(QObject):
+    """Queued requests to the worker thread, like the main window's."""
+
+    load = Signal(object, object)
+    generate = Signal(object, object)
+
+
+@pytest.fixture
+def worker(qtbot: QtBot) -> Iterator[tuple[WorkerThread, Requests]]:
+    thread = WorkerThread()
+    requests = Requests()
+    requests.load.connect(thread.worker.load)
+    requests.generate.connect(thread.worker.generate)
+    yield thread, requests
+    assert thread.stop(timeout_ms=30_000)
+
+
+# Signals from the worker thread are collected with list.append (a direct call
+# on that thread) and waited for with waitUntil, as test_main_window does:
+# qtbot.waitSignal would stop its timer from the worker thread.
+
+
+def _load(qtbot: QtBot, worker: tuple[WorkerThread, Requests], what: Any) -> EngineInfo:
+    thread, requests = worker
+    outcomes: list[Any] = []
+    thread.worker.loaded.connect(outcomes.append)
+    thread.worker.load_failed.connect(outcomes.append)
+    requests.load.emit(what, None)
+    qtbot.waitUntil(lambda: bool(outcomes), timeout=LOAD_TIMEOUT_MS)
+    [info] = outcomes
+    assert isinstance(info, EngineInfo), info
+    return info
+
+
+def _reply(qtbot: QtBot, worker: tuple[WorkerThread, Requests]) -> tuple[ReplyResult, list[Any]]:
+    thread, requests = worker
+    deltas: list[Any] = []
+    outcomes: list[Any] = []
+    thread.worker.delta.connect(deltas.append)
+    thread.worker.finished.connect(outcomes.append)
+    thread.worker.failed.connect(lambda message, _partial: outcomes.append(message))
+    requests.generate.emit(COPY_PROMPT, GREEDY)
+    qtbot.waitUntil(lambda: bool(outcomes), timeout=REPLY_TIMEOUT_MS)
+    [result] = outcomes
+    assert isinstance(result, ReplyResult), result
+    return result, deltas
+
+
+def test_lookup_tree_engine_streams_a_reply(
+    qtbot: QtBot, worker: tuple[WorkerThread, Requests], smol_q4_1: Path
+) -> None:
+    config = EngineConfig(
+        target=smol_q4_1, drafter="lookup", tree=True, tree_nodes=4, target_options=OPTIONS
+    )
+    info = _load(qtbot, worker, config)
+    assert (info.drafter, info.drafter_label) == ("lookup", "prompt lookup")
+    assert info.drafter_detail == "tree, up to 4 nodes"
+    assert info.draft_name is None
+
+    result, deltas = _reply(qtbot, worker)
+    assert result.stop in (StopReason.EOG.value, StopReason.MAX_TOKENS.value)
+    assert result.text.strip()
+    assert deltas and "".join(d.text for d in deltas) == result.text
+    assert len(result.drafted) == len(result.text)
+    assert result.speculation
+    snapshot = result.snapshot
+    assert snapshot.tree is True
+    assert snapshot.n_tokens > 0
+    assert 0 <= snapshot.side_nodes <= 3  # within the 4-node budget, next to a chain of γ ≥ 1
+    assert all(0.0 <= a <= 1.0 for a in snapshot.acceptance_by_position)
+
+
+@pytest.fixture
+def fake_search(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> list[tuple[Path, RuntimeOptions | None]]:
+    """Stand in for the search: report two steps, then write a real layer-skip
+    draft that skips blocks 10 and 20 (seconds, where the search takes a minute)."""
+    calls: list[tuple[Path, RuntimeOptions | None]] = []
+
+    def ensure(target: Path, *, progress: Any = None, cancel: Any = None,
+               options: RuntimeOptions | None = None, **_: Any) -> SimpleNamespace:  # fmt: skip
+        calls.append((target, options))
+        progress("measuring block 7 of 30", 7, 30)
+        progress("writing the draft", 30, 30)
+        assert cancel is not None and not cancel.is_set()
+        path = layerskip.write_layer_skip_model(target, tmp_path / "skip.gguf", (10, 20))
+        return SimpleNamespace(path=path, from_cache=False)
+
+    monkeypatch.setattr(layerskip, "ensure_layer_skip_draft", ensure)
+    return calls
+
+
+def test_layer_skip_request_finds_the_draft_then_loads(
+    qtbot: QtBot,
+    worker: tuple[WorkerThread, Requests],
+    smol_q4_1: Path,
+    fake_search: list[tuple[Path, RuntimeOptions | None]],
+) -> None:
+    thread, _ = worker
+    progress: list[str] = []
+    thread.worker.load_progress.connect(progress.append)
+    settings = Settings(
+        target_model=str(smol_q4_1), drafter="layerskip", context_size=1024, threads=2
+    )
+    request = EngineRequest(
+        target=settings.target_path(),
+        make_config=settings.engine_config,
+        layer_skip=True,
+        options=settings.target_options(),
+    )
+    info = _load(qtbot, worker, request)
+
+    assert fake_search == [(smol_q4_1, settings.target_options())]
+    assert progress[:3] == [
+        "Finding layers to skip in SmolLM2-135M-Instruct.Q4_1.gguf…",
+        "Finding layers to skip: measuring block 7 of 30 — 23%",
+        "Finding layers to skip: writing the draft — 100%",
+    ]
+    assert progress[-1] == "Loading SmolLM2-135M-Instruct.Q4_1.gguf…"
+    assert info.drafter == "layerskip"
+    assert info.draft_name is None  # the draft is the target itself, less two blocks
+    assert info.drafter_detail == "skips blocks 10, 20 of 30 · chain"
+
+    result, _ = _reply(qtbot, worker)
+    assert result.text.strip()
+    assert result.snapshot.tree is False
+
+
+def test_layer_skip_search_stops_on_cancel_and_on_close(
+    qtbot: QtBot, monkeypatch: pytest.MonkeyPatch, smol_q4_1: Path
+) -> None:
+    started = threading.Event()
+
+    def ensure(target: Path, *, progress: Any = None, cancel: Any = None, **_: Any) -> Any:
+        progress("measuring block 1 of 30", 1, 40)
+        started.set()
+        while not cancel.is_set():  # a search that would never end on its own
+            cancel.wait(0.01)
+        raise layerskip.LayerSkipCancelledError("cancelled: the layer-skip search was stopped")
+
+    monkeypatch.setattr(layerskip, "ensure_layer_skip_draft", ensure)
+    settings = Settings(target_model=str(smol_q4_1), drafter="layerskip")
+    request = EngineRequest(settings.target_path(), settings.engine_config, layer_skip=True)
+
+    thread = WorkerThread()
+    requests = Requests()
+    requests.load.connect(thread.worker.load)
+    failures: list[str] = []
+    thread.worker.load_failed.connect(failures.append)
+    try:
+        requests.load.emit(request, None)
+        assert started.wait(10)
+        thread.worker.cancel()  # from this (the UI) thread, as the window would
+        qtbot.waitUntil(lambda: bool(failures), timeout=10_000)
+        assert failures == ["cancelled: the layer-skip search was stopped"]
+
+        # Closing while a search runs: stop() ends it instead of waiting it out.
+        started.clear()
+        requests.load.emit(request, None)
+        assert started.wait(10)
+    finally:
+        assert thread.stop(timeout_ms=10_000)
