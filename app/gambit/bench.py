@@ -55,21 +55,27 @@ def load_prompts(path: Path) -> list[BenchPrompt]:
     return prompts
 
 
-def parse_policy(spec: str, default_gamma: int, gamma_max: int) -> tuple[PolicyMode, int]:
-    """ "adaptive", "off", "fixed" (γ = --gamma) or "fixed=N"."""
+def parse_policy(
+    spec: str, default_gamma: int, gamma_max: int, side_max: int = 0
+) -> tuple[PolicyMode, int, int]:
+    """ "adaptive", "off", "fixed" (γ = --gamma), "fixed=N" or, for trees,
+    "fixed=N+W" (a chain of N and W side nodes). Returns (mode, γ, side nodes)."""
     if spec in ("adaptive", "off"):
-        return spec, default_gamma  # type: ignore[return-value]
+        return spec, default_gamma, 0  # type: ignore[return-value]
     if spec == "fixed":
-        return "fixed", default_gamma
+        return "fixed", default_gamma, 0
     if spec.startswith("fixed="):
+        gamma_s, _, side_s = spec.removeprefix("fixed=").partition("+")
         try:
-            gamma = int(spec.removeprefix("fixed="))
+            gamma, side = int(gamma_s), int(side_s or 0)
         except ValueError:
-            gamma = -1
-        if 1 <= gamma <= gamma_max:
-            return "fixed", gamma
+            gamma = side = -1
+        if 1 <= gamma <= gamma_max and 0 <= side <= side_max:
+            return "fixed", gamma, side
+    trees = f", or fixed=N+W with W <= {side_max} side nodes" if side_max else ""
     raise GambitError(
-        f"unknown policy {spec!r}: use adaptive, off, fixed or fixed=N with 1 <= N <= {gamma_max}"
+        f"unknown policy {spec!r}: use adaptive, off, fixed or fixed=N "
+        f"with 1 <= N <= {gamma_max}{trees} (side nodes need --tree)"
     )
 
 
@@ -115,6 +121,8 @@ class ModeTotals:
             "acceptance_rate": s.acceptance_rate,
             "mean_accepted": s.mean_accepted,
             "tokens_per_round": s.tokens_per_round,
+            "side_nodes": s.n_side,
+            "side_gain": s.side_gain,
             "p50_ms": s.latency_ms(50),
             "p99_ms": s.latency_ms(99),
             "ttft_ms": s.ttft_s / self.runs * 1000 if self.runs else 0.0,
@@ -134,9 +142,14 @@ def run_bench(
     engine = Engine(engine_config)
     policies = (args.policy or ["adaptive", "fixed", "off"]) if engine.drafter else []
     controllers: dict[str, GammaController | None] = {TARGET_ONLY: None}
+    side_max = engine.config.tree_nodes - 1 if engine.tree else 0
     for spec in dict.fromkeys(policies):
-        policy_mode, gamma = parse_policy(spec, engine_config.gamma, engine_config.gamma_max)
-        controllers[spec] = engine.new_controller(policy_mode, gamma)
+        policy_mode, gamma, side = parse_policy(
+            spec, engine_config.gamma, engine_config.gamma_max, side_max
+        )
+        if gamma + side > engine.node_max:
+            raise GambitError(f"{spec}: more than {engine.node_max} draft tokens per round")
+        controllers[spec] = engine.new_controller(policy_mode, gamma, side)
     modes = list(controllers)
     totals: dict[str, dict[str, ModeTotals]] = defaultdict(lambda: defaultdict(ModeTotals))
     identical = 0
@@ -204,6 +217,7 @@ def _report(
         "draft": str(cfg.draft) if cfg.draft else None,
         "drafter": cfg.drafter,
         "gamma": cfg.gamma,
+        "tree_nodes": cfg.tree_nodes if cfg.tree else None,
         "temperature": sampling.temperature,
         "seed": sampling.seed,
         "max_tokens": args.max_tokens,
@@ -212,7 +226,16 @@ def _report(
     }
 
 
+def _side(f: dict[str, float]) -> str:
+    """Draft tokens won by side nodes / side nodes sent ("-" for chains)."""
+    return f"{int(f['side_gain'])}/{int(f['side_nodes'])}" if f["side_nodes"] else "-"
+
+
 def _print_table(report: dict[str, Any], modes: list[str]) -> None:
+    print(
+        "tok/rnd: reply tokens per target pass; side+: draft tokens accepted thanks to "
+        "tree side nodes / side nodes verified"
+    )
     print(
         f"target {report['target']}  drafter {report['drafter']}"
         + (f" ({report['draft']})" if report["draft"] else "")
@@ -221,7 +244,7 @@ def _print_table(report: dict[str, Any], modes: list[str]) -> None:
     header = (
         f"{'suite':<10} {'mode':<14} {'tok/s':>7} {'speedup':>7} {'accept':>7} "
         f"{'acc/rnd':>7} {'tok/rnd':>7} {'p50 ms':>7} {'p99 ms':>7} {'ttft ms':>7} "
-        f"{'py ovh':>6}"
+        f"{'py ovh':>6} {'side+':>6}"
     )
     print(header)
     print("-" * len(header))
@@ -233,7 +256,8 @@ def _print_table(report: dict[str, Any], modes: list[str]) -> None:
                 f"{suite:<10} {mode:<14} {f['tokens_per_s']:7.1f} {f['speedup']:6.2f}x "
                 f"{f['acceptance_rate']:7.1%} {f['mean_accepted']:7.2f} "
                 f"{f['tokens_per_round']:7.2f} {f['p50_ms']:7.1f} {f['p99_ms']:7.1f} "
-                f"{f['ttft_ms']:7.0f} {f['overhead_share']:6.1%}"
+                f"{f['ttft_ms']:7.0f} {f['overhead_share']:6.1%} "
+                f"{_side(f):>6}"
             )
     if "identical_outputs" in report:
         print(

@@ -33,6 +33,23 @@ def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -
     g = p.add_mutually_exclusive_group()
     g.add_argument("--draft", type=Path, help="draft GGUF model with the target's tokenizer")
     g.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram match)")
+    g.add_argument(
+        "--layer-skip",
+        action="store_true",
+        help="self-speculation: the target drafts for itself with some of its blocks "
+        "skipped (found by a search on first use, then cached)",
+    )
+    p.add_argument(
+        "--tree",
+        action="store_true",
+        help="draft token trees: side candidates next to the chain, verified in one batch",
+    )
+    p.add_argument(
+        "--tree-nodes",
+        type=int,
+        default=8,
+        help="with --tree, the most draft tokens per round, chain and side nodes (default 8)",
+    )
     p.add_argument(
         "--gamma",
         type=int,
@@ -132,18 +149,33 @@ def _engine_config(args: argparse.Namespace) -> EngineConfig:
     target = args.target
     if target is None:
         target = default_model_path(progress=_stderr_progress())
-    drafter: DrafterKind = "draft" if args.draft else "lookup" if args.lookup else "none"
+    drafter: DrafterKind = (
+        "draft" if args.draft
+        else "lookup" if args.lookup
+        else "layerskip" if args.layer_skip
+        else "none"
+    )  # fmt: skip
     options = RuntimeOptions(
         n_ctx=args.ctx,
         n_threads=args.threads,
         n_gpu_layers=args.gpu_layers,
         strict_batch_invariance=not args.fast_kernels,
     )
+    draft = args.draft
+    if args.layer_skip:
+        from gambit.models.layerskip import ensure_layer_skip_draft
+
+        result = ensure_layer_skip_draft(
+            target, progress=_stderr_progress("Finding layers to skip"), options=options
+        )
+        draft = result.path
     policy: PolicyMode = args.policy if args.command == "generate" else "adaptive"
     return EngineConfig(
         target=target,
         drafter=drafter,
-        draft=args.draft,
+        draft=draft,
+        tree=args.tree,
+        tree_nodes=args.tree_nodes,
         target_options=options,
         gamma=args.gamma,
         gamma_max=max(args.gamma_max, args.gamma),
@@ -162,7 +194,7 @@ def _sampling(args: argparse.Namespace) -> SamplingParams:
     )
 
 
-def _stderr_progress() -> Progress:
+def _stderr_progress(what: str = "Preparing the default model") -> Progress:
     """Progress on stderr: a live line on a terminal, one line per stage otherwise."""
     live = sys.stderr.isatty()
     state = {"stage": "", "shown": -1}
@@ -175,8 +207,9 @@ def _stderr_progress() -> Progress:
             return
         state["stage"], state["shown"] = stage, pct
         end = "\n" if pct >= 100 or not live else "\r"
+        size = f" of {total / 1e6:.0f} MB" if total > 10_000 else ""  # bytes, or steps
         print(
-            f"Preparing the default model: {stage} {pct:3d}% of {total / 1e6:.0f} MB",
+            f"{what}: {stage} {pct:3d}%{size}",
             end=end,
             file=sys.stderr,
             flush=True,
@@ -226,6 +259,8 @@ def _stats_line(engine: Engine, s: GenerationStats, stop: str) -> str:
             f"{s.tokens_per_round:.2f} tok/round",
             f"γ {engine.controller.decision.reason}",
         ]
+        if engine.drafter_detail:
+            parts.insert(1, engine.drafter_detail)
     parts.append(f"stop: {stop}")
     return " | ".join(parts)
 
