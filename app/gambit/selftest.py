@@ -41,6 +41,7 @@ log = logging.getLogger("gambit.selftest")
 # and some rejected: both paths of verification run.
 PROMPT = "List the days of the week, one per line, each followed by a short note about it."
 DEFAULT_TOKENS = 32
+TREE_SIDE_NODES = 2  # side nodes of the tree run, next to a chain of GAMMA
 GAMMA = 4  # fixed draft length: every run exercises verification, not the controller
 REPORT_FILE = "selftest.txt"
 
@@ -194,6 +195,8 @@ def _run(
     drafter: DrafterKind,
     draft: Path | None,
     args: argparse.Namespace,
+    *,
+    tree: bool = False,
 ) -> RunResult:
     from gambit.engine.chat import Message
     from gambit.engine.decoder import GenerationConfig
@@ -211,6 +214,11 @@ def _run(
         policy="fixed" if drafter != "none" else "off",
         gamma=GAMMA if drafter != "none" else 0,
         gamma_max=max(GAMMA, 1),
+        # A tree round needs a multi-sequence, unified KV cache: check the
+        # installed llama.cpp decodes those exactly too.
+        tree=tree,
+        tree_nodes=GAMMA + TREE_SIDE_NODES,
+        fixed_side=TREE_SIDE_NODES if tree else 0,
     )
     result = RunResult(label)
     t0 = time.perf_counter()
@@ -302,6 +310,8 @@ def run_selftest(
         report("reply", repr(plain.text[:120]))
         runs.append(_run("prompt lookup", target, "lookup", None, args))
         report("run prompt lookup", _describe(runs[-1], plain))
+        runs.append(_run("prompt lookup tree", target, "lookup", None, args, tree=True))
+        report("run prompt lookup tree", _describe(runs[-1], plain))
         if args.draft is not None:
             runs.append(_run("draft model", target, "draft", args.draft, args))
             report("run draft model", _describe(runs[-1], plain))

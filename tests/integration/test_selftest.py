@@ -63,6 +63,9 @@ def test_selftest_passes_on_the_real_model(smol_q4_1: Path, tmp_path: Path) -> N
     lookup = info["run prompt lookup"]
     assert re.search(r"accepted \d+/\d+ \(\d+%\), speedup \d+\.\d\dx$", lookup), lookup
     assert info["check prompt lookup"] == "identical to target only (16 tokens)"
+    # Token trees (a multi-sequence, unified KV cache) decode exactly too.
+    assert re.search(r"accepted \d+/\d+ \(\d+%\)", info["run prompt lookup tree"])
+    assert info["check prompt lookup tree"] == "identical to target only (16 tokens)"
     # The report is also saved where the user (or CI on Windows) can read it.
     saved = tmp_path / "logs" / "selftest.txt"
     assert info["report"] == str(saved)
