@@ -38,10 +38,7 @@ def test_tree_structure() -> None:
     # root -> 0 -> 1 ; root -> 2 (side) ; 0 -> 3 (side)
     tree = DraftTree((10, 11, 12, 13), (-1, 0, -1, 0), None, main_depth=2)
     assert tree.children == ((0, 2), (1, 3), (), (), ())
-    assert tree.depths == (1, 2, 1, 2)
-    assert tree.path_to(3) == [0, 3]
     assert tree.n_side == 2
-    assert tree.describe() == "2 deep + 2 side"
     assert chain_tree((1, 2, 3), None, 0).parents == (-1, 0, 1)
 
 

@@ -130,8 +130,7 @@ class Engine:
         """The drafter's shape in a line: tree budget, skipped blocks."""
         parts: list[str] = []
         if self.layer_skip is not None:
-            blocks = ", ".join(str(b) for b in self.layer_skip.skipped)
-            parts.append(f"skips blocks {blocks} of {self.layer_skip.source_blocks}")
+            parts.append(self.layer_skip.describe())
         if self.drafter is not None:
             parts.append(f"tree, up to {self.config.tree_nodes} nodes" if self.tree else "chain")
         return " · ".join(parts) or None

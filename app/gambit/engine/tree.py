@@ -62,26 +62,6 @@ class DraftTree:
             kids[parent + 1].append(i)
         return tuple(tuple(k) for k in kids)
 
-    @cached_property
-    def depths(self) -> tuple[int, ...]:
-        """Depth of each node: 1 for the root's children."""
-        out: list[int] = []
-        for parent in self.parents:
-            out.append(1 if parent < 0 else out[parent] + 1)
-        return tuple(out)
-
-    def path_to(self, node: int) -> list[int]:
-        """Node indices from the root's child down to ``node``."""
-        path: list[int] = []
-        while node >= 0:
-            path.append(node)
-            node = self.parents[node]
-        path.reverse()
-        return path
-
-    def describe(self) -> str:
-        return f"{self.main_depth} deep + {self.n_side} side" if self.n_side else "chain"
-
 
 def chain_tree(tokens: tuple[int, ...], q: list[Distribution] | None, n_synced: int) -> DraftTree:
     """A chain as a tree with no side nodes."""
