@@ -139,10 +139,7 @@ class _TargetRows(Sequence[Distribution]):
         return len(self._rows)
 
     def __getitem__(self, i: int) -> Distribution:  # type: ignore[override]
-        recent: Sequence[int] = ()
-        if self._penalised:
-            n = self._sampling.repeat_last_n
-            recent = (self._context[-n:] + self._x[:i])[-n:]
+        recent = _recent(self._sampling, self._context, self._x[:i]) if self._penalised else ()
         return process(self._rows[i], self._sampling, recent)
 
 
@@ -161,9 +158,14 @@ class _TreeRows:
     def __call__(self, row: int, path: Sequence[int]) -> Distribution:
         recent: Sequence[int] = ()
         if self._penalised:
-            n = self._sampling.repeat_last_n
-            recent = (self._context[-n:] + [self._tree.tokens[i] for i in path])[-n:]
+            recent = _recent(self._sampling, self._context, [self._tree.tokens[i] for i in path])
         return process(self._rows[row], self._sampling, recent)
+
+
+def _recent(sampling: SamplingParams, context: list[int], drafted: list[int]) -> list[int]:
+    """The repetition penalty's window: the last tokens of context + drafted."""
+    n = sampling.repeat_last_n
+    return (context[-n:] + drafted)[-n:]
 
 
 class _TextStream:
@@ -261,6 +263,11 @@ class SpeculativeDecoder:
         stream = _TextStream(config.stop_strings)
         n_generated = 0
         index = 0
+        # Trees need a drafter that drafts them and a target with a KV
+        # sequence per leaf; decided once, not every round.
+        tree_drafter = (
+            self.drafter if target.n_seq_max > 1 and isinstance(self.drafter, TreeDrafter) else None
+        )
 
         while True:
             stop: StopReason | None = None
@@ -278,7 +285,7 @@ class SpeculativeDecoder:
                 gamma = max(0, min(self.policy.next_gamma(), remaining - 1, room))
 
             n_side = 0
-            if gamma > 0 and isinstance(self.drafter, TreeDrafter):
+            if gamma > 0 and tree_drafter is not None:
                 n_side = max(0, min(
                     self.policy.next_side_nodes(),
                     target.n_seq_max - 1,  # one KV sequence per leaf
@@ -289,8 +296,8 @@ class SpeculativeDecoder:
             t0 = time.perf_counter()
             tree: DraftTree | None = None
             if n_side > 0:
-                assert isinstance(self.drafter, TreeDrafter)
-                tree = self.drafter.draft_tree(context, gamma, n_side, sampling, rng_dft)
+                assert tree_drafter is not None
+                tree = tree_drafter.draft_tree(context, gamma, n_side, sampling, rng_dft)
                 draft = Draft(tree.tokens, list(tree.q) if tree.q else None, tree.n_synced)
                 if tree.n_side == 0:
                     tree = None  # nothing to branch on: verify it as the chain it is

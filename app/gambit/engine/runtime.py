@@ -296,10 +296,7 @@ class ModelRuntime:
                 kept = ll.llama_memory_seq_pos_max(self._mem, 0) + 1
                 ll.llama_memory_seq_rm(self._mem, 0, kept, -1)
                 self.kv_tokens = (self.kv_tokens + tokens[: chunk_start + m])[:kept]
-                reason = {1: "no free KV slot (context full)", 2: "aborted"}.get(
-                    rc, "backend error"
-                )
-                raise DecodeError(f"llama_decode failed with code {rc}: {reason}")
+                raise _decode_error(rc)
         self.kv_tokens.extend(tokens)
         return max(n_logits, 1)
 
@@ -423,8 +420,7 @@ class ModelRuntime:
         if rc != 0:
             self.commit_tree(0)
             self.truncate(start)
-            reason = {1: "no free KV slot (context full)", 2: "aborted"}.get(rc, "backend error")
-            raise DecodeError(f"llama_decode failed with code {rc}: {reason}")
+            raise _decode_error(rc)
         return 1 + len(tokens)
 
     def commit_tree(self, n_main: int) -> None:
@@ -535,6 +531,11 @@ class ModelRuntime:
     @property
     def add_eos(self) -> bool:
         return bool(ll.llama_vocab_get_add_eos(self.vocab))
+
+
+def _decode_error(rc: int) -> DecodeError:
+    reason = {1: "no free KV slot (context full)", 2: "aborted"}.get(rc, "backend error")
+    return DecodeError(f"llama_decode failed with code {rc}: {reason}")
 
 
 @dataclass(frozen=True, slots=True)
