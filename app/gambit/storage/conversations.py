@@ -8,6 +8,11 @@ The store belongs to the Qt UI thread (``check_same_thread=True`` makes any
 other use fail loudly). Every write runs in its own ``BEGIN IMMEDIATE``
 transaction, so a second Gambit window on the same file waits for the write
 lock up front instead of failing half-way through.
+
+Opening checks the file (``PRAGMA quick_check`` and the tables' shape): a
+damaged file raises ``DamagedStoreError`` and a file whose write lock another
+process keeps raises ``StoreInUseError``, so that the caller
+(``storage.recovery.open_history``) can start over or work in memory.
 """
 
 from __future__ import annotations
@@ -17,14 +22,15 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import closing, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
 from gambit.errors import GambitError
 from gambit.storage import paths
+from gambit.storage.files import make_private_dirs, touch_private
 from gambit.storage.models import ConversationSummary, Role, StoredMessage
 
 log = logging.getLogger(__name__)
@@ -32,6 +38,7 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1  # PRAGMA user_version of files this code writes
 ROLES: tuple[Role, ...] = ("system", "user", "assistant")
 PREVIEW_CHARS = 100
+LOCK_TIMEOUT_S = 5.0  # how long a write waits for another process's write lock
 
 # Positions are unique per conversation; that constraint's index also serves
 # ordering and counting. Without AUTOINCREMENT the id of the newest row can be
@@ -81,6 +88,24 @@ _TICK = 0.001
 
 class ConversationStoreError(GambitError):
     """The history file cannot be opened or written."""
+
+
+class DamagedStoreError(ConversationStoreError):
+    """The history file is not a readable SQLite database with Gambit's tables."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"Cannot open the chat history {path}: it is damaged ({reason}).")
+        self.reason = reason
+
+
+class StoreInUseError(ConversationStoreError):
+    """Another process has held the history file's write lock for LOCK_TIMEOUT_S."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            f"The conversation database {path} is in use by another Gambit window or "
+            f"process, which has kept it locked for more than {LOCK_TIMEOUT_S:g} seconds."
+        )
 
 
 class ConversationNotFoundError(ConversationStoreError):
@@ -142,23 +167,68 @@ def _decode_stats(text: str | None, msg_id: int) -> dict[str, Any] | None:
     return cast(dict[str, Any], stats) if isinstance(stats, dict) else None
 
 
-class ConversationStore:
-    """Conversations and messages in the SQLite file at ``path`` (created if missing)."""
+def _is_locked(exc: sqlite3.Error) -> bool:
+    # SQLITE_BUSY ("database is locked") and SQLITE_LOCKED ("database table is locked")
+    return isinstance(exc, sqlite3.OperationalError) and "is locked" in str(exc)
 
-    def __init__(self, path: Path) -> None:
+
+def _memory_copy(path: Path) -> sqlite3.Connection:
+    """An in-memory database holding a copy of the file at ``path`` (readers are
+    not blocked by another process's write lock), or an empty one when the
+    file cannot be read, is damaged or is from a newer Gambit."""
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=True)
+    if not path.is_file():
+        return conn
+    try:
+        uri = f"{path.resolve().as_uri()}?mode=ro"
+        with closing(sqlite3.connect(uri, uri=True, timeout=1.0)) as src:
+            src.backup(conn)
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        (check,) = conn.execute("PRAGMA quick_check(1)").fetchone()
+        if version <= SCHEMA_VERSION and check == "ok":
+            return conn
+        log.warning("%s: its copy in memory is unusable (format %s, %s)", path, version, check)
+    except sqlite3.Error as exc:
+        log.warning("%s: could not copy it into memory: %s", path, exc)
+    conn.close()
+    return sqlite3.connect(":memory:", isolation_level=None, check_same_thread=True)
+
+
+class ConversationStore:
+    """Conversations and messages in the SQLite file at ``path`` (created if missing).
+
+    With ``in_memory``, the file is only read: the store lives in memory,
+    starting as a copy of ``path`` where it can be read, and nothing written
+    to it reaches the file (for when the file is locked or cannot be written).
+    """
+
+    def __init__(self, path: Path, *, in_memory: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: no implicit transactions; _write() opens them.
-        self._conn = sqlite3.connect(
-            self.path, timeout=5.0, isolation_level=None, check_same_thread=True
-        )
+        self.in_memory = in_memory
+        try:
+            if in_memory:
+                self._conn = _memory_copy(self.path)
+            else:
+                make_private_dirs(self.path.parent)
+                touch_private(self.path)  # SQLite gives its journals the file's mode
+                # isolation_level=None: no implicit transactions; _write() opens them.
+                self._conn = sqlite3.connect(
+                    self.path, timeout=LOCK_TIMEOUT_S, isolation_level=None, check_same_thread=True
+                )
+        except (OSError, sqlite3.Error) as exc:  # a folder that cannot be created or opened
+            raise ConversationStoreError(
+                f"Cannot open the chat history {self.path}: {exc}."
+            ) from exc
         try:
             self._open()
         except sqlite3.DatabaseError as exc:
             self._conn.close()
+            if _is_locked(exc):
+                raise StoreInUseError(self.path) from exc
+            if type(exc) is sqlite3.DatabaseError:  # SQLITE_CORRUPT, SQLITE_NOTADB
+                raise DamagedStoreError(self.path, str(exc)) from exc
             raise ConversationStoreError(
-                f"Cannot open the chat history {self.path}: {exc}. "
-                "Move the file away to start a new history."
+                f"Cannot open the chat history {self.path}: {exc}."
             ) from exc
         except BaseException:
             self._conn.close()
@@ -166,6 +236,13 @@ class ConversationStore:
 
     def _open(self) -> None:
         conn = self._conn
+        # Every page read once before anything is written, so that a damaged
+        # file is reported rather than half-used (milliseconds per MB).
+        (check,) = conn.execute("PRAGMA quick_check(1)").fetchone()
+        if check != "ok":  # "*** in database main ***\nPage 24: ..."
+            lines = [line for line in str(check).splitlines() if not line.startswith("***")]
+            detail = lines[0] if lines else str(check)
+            raise DamagedStoreError(self.path, f"fails SQLite's integrity check: {detail}")
         # WAL: readers never block the writer and a crash cannot corrupt the file.
         # Some file systems (network shares) refuse it; SQLite then keeps its
         # rollback journal, which is just as safe, so the answer is not checked.
@@ -186,6 +263,14 @@ class ConversationStore:
                 for statement in _SCHEMA:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        try:  # the columns this code reads: a garbled schema, or another program's file
+            conn.execute("SELECT id, title, created_at, updated_at FROM conversations LIMIT 0")
+            conn.execute(
+                "SELECT id, conversation_id, position, role, content, complete, stats,"
+                " created_at FROM messages LIMIT 0"
+            )
+        except sqlite3.OperationalError as exc:
+            raise DamagedStoreError(self.path, str(exc)) from exc
 
     # ---------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -218,8 +303,10 @@ class ConversationStore:
                 raise
             conn.execute("COMMIT")
         except sqlite3.OperationalError as exc:
-            # Disk full, file locked by another program for too long, read-only
-            # folder: the user can do something about these, so say which file.
+            if _is_locked(exc):
+                raise StoreInUseError(self.path) from exc
+            # Disk full, read-only folder, file locked by another program for
+            # too long: the user can do something about these, so say which file.
             raise ConversationStoreError(
                 f"Could not save to the chat history {self.path}: {exc}."
             ) from exc
@@ -380,6 +467,33 @@ class ConversationStore:
                 (content, int(complete), stats_json, msg_id),
             )
             self._touch(conn, conv_id)
+
+    def import_conversations(
+        self, conversations: Sequence[tuple[ConversationSummary, Sequence[StoredMessage]]]
+    ) -> builtins.list[int]:
+        """Add conversations read from elsewhere (what could be salvaged from a
+        damaged file), keeping their titles and times; ids, conversation ids
+        and counts in the arguments are ignored. Returns the new ids."""
+        new_ids: builtins.list[int] = []
+        with self._write() as conn:
+            for conv, messages in conversations:
+                cur = conn.execute(
+                    "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
+                    (conv.title, conv.created_at, conv.updated_at),
+                )
+                assert cur.lastrowid is not None
+                new_ids.append(cur.lastrowid)
+                conn.executemany(
+                    "INSERT INTO messages"
+                    " (conversation_id, position, role, content, complete, stats, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (cur.lastrowid, pos, m.role, m.content, int(m.complete),
+                         _encode_stats(m.stats), m.created_at)
+                        for pos, m in enumerate(messages)
+                    ],
+                )  # fmt: skip
+        return new_ids
 
     def delete_from(self, msg_id: int) -> int:
         """Delete this message and every later one in its conversation (Regenerate,
