@@ -25,6 +25,9 @@ MODEL_CACHE = Path(
     os.environ.get("GAMBIT_TEST_MODELS", Path.home() / ".cache" / "gambit-test-models")
 )
 TEST_OPTIONS = RuntimeOptions(n_ctx=1024, n_threads=2)
+# Kernel probe verdicts, shared by every test and the processes they start
+# (each has a data folder of its own, which would otherwise re-probe).
+os.environ.setdefault("GAMBIT_CACHE", str(MODEL_CACHE / "cache"))
 
 logging.getLogger("gambit.llama").setLevel(logging.ERROR)
 

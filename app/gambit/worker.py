@@ -48,6 +48,8 @@ class EngineInfo:
     load_seconds: float
     # The drafter's shape in one line: "tree, up to 8 nodes", "skips blocks 12, 15 of 30"
     drafter_detail: str | None = None
+    # The target's kernels and why (gambit.engine.kernels.KernelChoice.describe)
+    kernels: str | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,7 @@ class EngineWorker(QObject):
                 backend=detect_backend(),
                 load_seconds=time.perf_counter() - t0,
                 drafter_detail=engine.drafter_detail,
+                kernels=engine.target_kernels.describe(),
             )
             self.loaded.emit(info)
         except GambitError as exc:

@@ -26,6 +26,8 @@ import llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
 
+from gambit.engine.kernels import EXACT, LLAMA_DEFAULT, KernelConfig
+from gambit.engine.limits import threads_problem
 from gambit.errors import ContextOverflowError, DecodeError, ModelLoadError
 from gambit.models.gguf_file import check_model_file
 
@@ -148,9 +150,20 @@ class RuntimeOptions:
     # Cost measured here: ~8 % slower single-token decoding at 200-600 tokens
     # of context (SmolLM2 Q8_0, 2 threads).
     strict_batch_invariance: bool = True
+    # The kernels to run on, as chosen by the probe (gambit.engine.kernels);
+    # None: those strict_batch_invariance implies (EXACT, or llama.cpp's own
+    # defaults, which can crash on some CPUs: Engine always probes first).
+    kernels: KernelConfig | None = None
     # Most KV sequences in use at once: 1 for chains; a token tree needs one
     # per leaf (``decode_tree``), all in one unified cache.
     n_seq_max: int = 1
+
+    def __post_init__(self) -> None:
+        # The last line of defence: the CLI and the settings check first, with
+        # the same rule, and a negative count crashes llama.cpp.
+        problem = threads_problem(self.n_threads)
+        if problem is not None:
+            raise ValueError(f"the thread count {problem}")
 
 
 class ModelRuntime:
@@ -175,7 +188,8 @@ class ModelRuntime:
         opts = self.options
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = opts.n_gpu_layers
-        mparams.use_extra_bufts = not opts.strict_batch_invariance
+        self.kernels = opts.kernels or (EXACT if opts.strict_batch_invariance else LLAMA_DEFAULT)
+        mparams.use_extra_bufts = self.kernels.repack
         self._model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise ModelLoadError(str(self.path), "llama.cpp could not load this model")
@@ -192,7 +206,7 @@ class ModelRuntime:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.no_perf = True
-        if opts.strict_batch_invariance:
+        if self.kernels.kv_type == "q8_0":
             cparams.type_k = GGML_TYPE_Q8_0
             cparams.type_v = GGML_TYPE_Q8_0
             cparams.flash_attn_type = LLAMA_FLASH_ATTN_ENABLED  # a quantized V cache needs it

@@ -19,7 +19,8 @@ from gambit.engine.decoder import GenerationConfig, Round, SpeculativeDecoder
 from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
 from gambit.engine.drafters.lookup import PromptLookupDrafter
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.kernels import KernelChoice, KernelProbe
+from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
 from gambit.errors import ModelFileError
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class EngineConfig:
     tree: bool = False
     tree_nodes: int = 8
     fixed_side: int = 0  # side nodes of the "fixed" policy, with tree=True
+    # Where kernel probe verdicts are kept (None: in this process only).
+    kernel_cache: Path | None = None
 
     def __post_init__(self) -> None:
         # (drafter="layerskip" may leave it to be found or derived at load:
@@ -62,6 +65,25 @@ class EngineConfig:
             raise ValueError(f"gamma must be between 0 and gamma_max ({self.gamma_max})")
         if self.gamma_max < 1:
             raise ValueError("gamma_max must be 1 or more")
+
+
+def _choose_kernels(
+    probe: KernelProbe,
+    model: Path,
+    options: RuntimeOptions,
+    k_max: int,
+    wanted: Literal["exact", "fast"] | None = None,
+) -> tuple[RuntimeOptions, KernelChoice]:
+    """``options`` with the kernels the probe found best for ``wanted`` (default:
+    what ``strict_batch_invariance`` asks for); options that name their kernels
+    already are kept as they are."""
+    wanted = wanted or ("exact" if options.strict_batch_invariance else "fast")
+    if options.kernels is not None:
+        return options, KernelChoice(options.kernels, wanted, None)
+    threads = options.n_threads or default_threads()
+    verdict = probe.verdict(model, threads, options.n_gpu_layers, k_max)
+    config = verdict.exact() if wanted == "exact" else verdict.fastest()
+    return dataclasses.replace(options, kernels=config), KernelChoice(config, wanted, verdict)
 
 
 class Engine:
@@ -80,7 +102,12 @@ class Engine:
             target_options = dataclasses.replace(
                 target_options, n_seq_max=max(target_options.n_seq_max, config.tree_nodes)
             )
+        probe = KernelProbe(config.kernel_cache)
+        target_options, self.target_kernels = _choose_kernels(
+            probe, config.target, target_options, self.node_max + 1
+        )
         self.target = ModelRuntime(config.target, target_options)
+        self.draft_kernels: KernelChoice | None = None
         self.draft_runtime: ModelRuntime | None = None
         self.layer_skip: LayerSkipInfo | None = None
         drafter: Drafter | None = None
@@ -94,6 +121,11 @@ class Engine:
                     )
                 draft_options = dataclasses.replace(
                     config.draft_options or config.target_options, n_seq_max=1
+                )
+                # The draft's numerics cannot change what the target accepts:
+                # it always runs the fastest kernels that work.
+                draft_options, self.draft_kernels = _choose_kernels(
+                    probe, config.draft, draft_options, self.node_max + 1, wanted="fast"
                 )
                 self.draft_runtime = ModelRuntime(config.draft, draft_options)
                 check_compatible(self.target, self.draft_runtime)

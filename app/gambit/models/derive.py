@@ -37,6 +37,7 @@ from gambit.models.library import ModelLibrary
 
 # Names users know -> llama_ftype
 FTYPES: dict[str, int] = {
+    "F32": ll.LLAMA_FTYPE_ALL_F32,
     "F16": ll.LLAMA_FTYPE_MOSTLY_F16,
     "Q8_0": ll.LLAMA_FTYPE_MOSTLY_Q8_0,
     "Q4_0": ll.LLAMA_FTYPE_MOSTLY_Q4_0,
@@ -76,6 +77,7 @@ class DeriveCancelledError(GambitError):
 # The weight type each llama_ftype is mostly made of, and how much its mixes add
 # (K-quant "_M" files keep some tensors at Q6_K/Q5_K).
 _BASE_TYPES: dict[str, GGMLQuantizationType] = {
+    "F32": GGMLQuantizationType.F32,
     "F16": GGMLQuantizationType.F16,
     "Q8_0": GGMLQuantizationType.Q8_0,
     "Q4_0": GGMLQuantizationType.Q4_0,

@@ -37,3 +37,15 @@ def config_dir() -> Path:
 def log_dir() -> Path:
     home = _home()
     return home / "logs" if home else Path(platformdirs.user_log_dir(APP_NAME, appauthor=False))
+
+
+def cache_dir() -> Path:
+    """Measurements worth keeping but safe to lose (kernel probe verdicts).
+
+    ``GAMBIT_CACHE`` moves it alone (the tests share one across data folders).
+    """
+    own = os.environ.get("GAMBIT_CACHE")
+    if own:
+        return Path(own)
+    home = _home()
+    return home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))

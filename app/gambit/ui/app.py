@@ -66,6 +66,10 @@ def _show_crash_box(report: Path, summary: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["--gambit-kernel-probe"]:  # a bundle starts itself as the probe child
+        from gambit.engine.kernels import child_main
+
+        return child_main(args_in[1:])
     if "--self-test" in args_in:
         from gambit.logs import install_crash_handler
         from gambit.selftest import main as selftest_main

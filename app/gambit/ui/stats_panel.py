@@ -319,6 +319,15 @@ class StatsPanel(QDockWidget):
             "The drafter loaded with the model, and its shape." if text else ""
         )
         self._drafter.setVisible(bool(text))
+        kernels = f"Kernels: {info.kernels}" if info is not None and info.kernels else ""
+        self._kernels.setText(kernels)
+        self._kernels.setToolTip(
+            "How llama.cpp runs the target on this CPU, chosen by a one-time probe "
+            "(configurations that crashed or hung there are never used)."
+            if kernels
+            else ""
+        )
+        self._kernels.setVisible(bool(kernels))
 
     def value_label(self, name: str) -> QLabel:
         """The counter label called ``name`` (e.g. ``"speedupValue"``)."""
@@ -449,7 +458,13 @@ class StatsPanel(QDockWidget):
     def _apply_palette(self) -> None:
         palette = self.palette()
         muted = theme.muted(palette)
-        for label in [*self._captions, *self._headings, self._backend, self._drafter]:
+        for label in [
+            *self._captions,
+            *self._headings,
+            self._backend,
+            self._drafter,
+            self._kernels,
+        ]:
             p = label.palette()
             p.setColor(QPalette.ColorRole.WindowText, muted)
             label.setPalette(p)
@@ -510,6 +525,12 @@ class StatsPanel(QDockWidget):
         self._drafter.setWordWrap(True)
         self._drafter.setVisible(False)
         layout.addWidget(self._drafter)
+        self._kernels = QLabel()
+        self._kernels.setObjectName("kernelsValue")
+        self._kernels.setFont(self._caption_font)
+        self._kernels.setWordWrap(True)
+        self._kernels.setVisible(False)
+        layout.addWidget(self._kernels)
 
         layout.addWidget(self._heading("Speed"))
         grid = self._grid(layout)

@@ -1,0 +1,484 @@
+"""Which llama.cpp CPU kernels a model runs on, chosen by measurement, never by crash.
+
+Two knobs change llama.cpp's kernels without changing the model:
+
+- weight repacking ("extra buffer types", ``use_extra_bufts``): faster
+  matmuls on most CPUs, but on some (measured: AVX-512 + AMX machines) every
+  batch larger than one token dies inside the AMX kernels (SIGILL/SIGSEGV),
+  and for some weight types the batched and single-token results differ;
+- the KV cache type: a Q8_0 cache keeps single-token and batched attention on
+  the same kernel (see docs/adr/0001), an F16 cache can be a little faster.
+
+A configuration may crash the process, so each one is tried in a child
+process (``python -I -m gambit.engine.kernels``): a prefill batch, every
+verification batch size 1..k_max, batched against single-token logits, and
+the speed of both. A child that dies by a signal, hangs or fails marks the
+configuration it was running unusable; the survivors are compared.
+
+The verdict is cached per (model file, llama.cpp build, CPU, threads, GPU
+layers), so the probe runs once (a few seconds for small models) and again
+only when one of those changes.
+
+- ``KernelVerdict.exact()``: the fastest configuration whose batched logits
+  equal the single-token ones, so greedy speculation reproduces plain
+  decoding token for token (the target's default);
+- ``KernelVerdict.fastest()``: the fastest that runs ("fast kernels", and
+  always the draft's: a draft's numerics cannot change what the target
+  accepts, only how often).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+log = logging.getLogger(__name__)
+
+KVType = Literal["q8_0", "f16"]
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One way to run a model's kernels."""
+
+    repack: bool  # llama.cpp's repacked weight kernels ("extra buffer types")
+    kv_type: KVType
+
+    @property
+    def key(self) -> str:
+        return f"{'repack' if self.repack else 'plain'}+{self.kv_type}"
+
+    def describe(self) -> str:
+        weights = "repacked weights" if self.repack else "plain weights"
+        return f"{weights}, {self.kv_type.upper()} KV cache"
+
+    @classmethod
+    def from_key(cls, key: str) -> KernelConfig:
+        weights, _, kv = key.partition("+")
+        if weights not in ("repack", "plain") or kv not in ("q8_0", "f16"):
+            raise ValueError(f"unknown kernel configuration {key!r}")
+        return cls(repack=weights == "repack", kv_type=kv)  # type: ignore[arg-type]
+
+
+# Batch-invariant on every CPU measured so far (docs/adr/0001): the safe default.
+EXACT = KernelConfig(repack=False, kv_type="q8_0")
+# What llama.cpp does by default.
+LLAMA_DEFAULT = KernelConfig(repack=True, kv_type="f16")
+CANDIDATES: tuple[KernelConfig, ...] = (
+    EXACT,
+    KernelConfig(repack=True, kv_type="q8_0"),
+    KernelConfig(repack=False, kv_type="f16"),
+    LLAMA_DEFAULT,
+)
+
+PROBE_CONTEXT = 300  # tokens: past 256, where llama.cpp's attention kernels change
+# A configuration must be this much faster than EXACT to be preferred to it.
+SPEED_MARGIN = 0.05
+PROBE_TIMEOUT_S = 120.0  # per configuration, for the largest models; small ones take ~1 s
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """How one configuration fared in the probe."""
+
+    config: KernelConfig
+    ok: bool
+    error: str = ""  # why it is unusable: "crashed (SIGSEGV)", "hung", "failed: ..."
+    t1_s: float = 0.0  # one token
+    tk_s: float = 0.0  # a batch of k_max tokens
+    k_max: int = 0
+    max_diff: float = 0.0  # batched vs single-token logits, largest |difference|
+    argmax_flips: int = 0  # rows whose top token differs between the two
+
+    @property
+    def batch_invariant(self) -> bool:
+        return self.ok and self.max_diff == 0.0
+
+    @property
+    def cost_s(self) -> float:
+        """What the speed comparison ranks by: a plain token plus one verification batch."""
+        return self.t1_s + self.tk_s
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["config"] = self.config.key
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ProbeResult:
+        return cls(**{**d, "config": KernelConfig.from_key(str(d["config"]))})
+
+
+@dataclass(frozen=True)
+class KernelVerdict:
+    results: tuple[ProbeResult, ...]
+    probed_at: float = field(default_factory=time.time)
+
+    def result(self, config: KernelConfig) -> ProbeResult | None:
+        return next((r for r in self.results if r.config == config), None)
+
+    def usable(self, config: KernelConfig) -> bool:
+        r = self.result(config)
+        return r is not None and r.ok
+
+    def fastest(self) -> KernelConfig:
+        """The fastest configuration that runs (EXACT if none did: nothing better is known)."""
+        return self._quickest([r for r in self.results if r.ok])
+
+    def exact(self) -> KernelConfig:
+        """The fastest batch-invariant configuration; failing that, the fastest
+        of those with the fewest greedy flips and the smallest differences."""
+        ok = [r for r in self.results if r.ok]
+        invariant = [r for r in ok if r.batch_invariant]
+        if invariant or not ok:
+            return self._quickest(invariant)
+        fewest = min((r.argmax_flips, r.max_diff) for r in ok)
+        return self._quickest([r for r in ok if (r.argmax_flips, r.max_diff) == fewest])
+
+    @staticmethod
+    def _quickest(results: Sequence[ProbeResult]) -> KernelConfig:
+        """The fastest of ``results``, but EXACT unless another is clearly faster:
+        the probe's timings carry a few per cent of noise, and EXACT is the
+        configuration known to be safe and batch-invariant on most CPUs."""
+        if not results:
+            return EXACT
+        best = min(results, key=lambda r: r.cost_s)
+        exact = next((r for r in results if r.config == EXACT), None)
+        if exact is not None and best.cost_s > exact.cost_s * (1 - SPEED_MARGIN):
+            return EXACT
+        return best.config
+
+    def to_json(self) -> dict[str, Any]:
+        return {"probed_at": self.probed_at, "results": [r.to_json() for r in self.results]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> KernelVerdict:
+        return cls(
+            results=tuple(ProbeResult.from_json(r) for r in d["results"]),
+            probed_at=float(d.get("probed_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """The configuration a model runs on, and what the user should know about it."""
+
+    config: KernelConfig
+    wanted: Literal["exact", "fast"]
+    verdict: KernelVerdict | None  # None: not probed (the configuration was given)
+
+    def describe(self) -> str:
+        """One line for the stats panel, ``--about`` and the CLI."""
+        text = self.config.describe()
+        if self.verdict is None:
+            return f"{text} (not probed)"
+        r = self.verdict.result(self.config)
+        if r is None:
+            return text
+        if r.batch_invariant:
+            exactness = "batch-invariant: greedy output as plain decoding"
+        else:
+            exactness = (
+                f"not batch-invariant (logits differ by up to {r.max_diff:.2g}; "
+                f"{r.argmax_flips} greedy flip(s) of {r.k_max} in the probe)"
+            )
+        refused = [x for x in self.verdict.results if not x.ok]
+        skipped = "; unusable here: " + ", ".join(
+            f"{x.config.describe()} ({x.error})" for x in refused
+        )
+        return f"{text}, {exactness}" + (skipped if refused else "")
+
+
+def build_id() -> str:
+    """The llama.cpp build: llama-cpp-python's version and the backend's feature line."""
+    import llama_cpp as ll
+
+    from gambit.engine.runtime import ensure_backend
+
+    ensure_backend()
+    raw = ll.llama_print_system_info()
+    info = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    return f"{ll.__version__} {hashlib.sha256(info.encode()).hexdigest()[:16]}"
+
+
+def cpu_id() -> str:
+    """The CPU's model name and features: machines of one kind differ here."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    model = flags = ""
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        name = name.strip()
+        if name == "model name" and not model:
+            model = value.strip()
+        elif name in ("flags", "Features") and not flags:
+            flags = value.strip()
+    return f"{model} {hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+
+
+class KernelProbe:
+    """Runs and caches probes. ``cache_dir`` None: remember in this process only."""
+
+    _memory: ClassVar[dict[str, KernelVerdict]] = {}  # shared by every probe in the process
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self,
+        cache_dir: Path | None = None,
+        timeout_s: float = PROBE_TIMEOUT_S,
+        command: Sequence[str] | None = None,
+    ):
+        """``command``: how to start a child (default ``child_command()``)."""
+        self.cache_dir = cache_dir
+        self.timeout_s = timeout_s
+        self.command = list(command) if command is not None else child_command()
+
+    def verdict(
+        self,
+        model: Path,
+        n_threads: int,
+        n_gpu_layers: int = 0,
+        k_max: int = 9,
+        configs: Sequence[KernelConfig] = CANDIDATES,
+    ) -> KernelVerdict:
+        key = self._key(model, n_threads, n_gpu_layers, k_max)
+        memo = f"{key} {self.command}"
+        with self._lock:
+            cached = self._memory.get(memo)
+            on_disk = self._load(key)
+            if cached is None and on_disk is None:
+                log.info("probing llama.cpp kernels for %s", model.name)
+                cached = self._probe(model, n_threads, n_gpu_layers, k_max, configs)
+            cached = cached or on_disk
+            assert cached is not None
+            if on_disk is None:
+                self._store(key, cached)
+            self._memory[memo] = cached
+            return cached
+
+    # ---------------------------------------------------------------- the cache
+    @staticmethod
+    def _key(model: Path, n_threads: int, n_gpu_layers: int, k_max: int) -> str:
+        st = model.stat()
+        parts = [
+            str(model.resolve()), str(st.st_size), str(st.st_mtime_ns),
+            build_id(), cpu_id(), str(n_threads), str(n_gpu_layers), str(k_max),
+        ]  # fmt: skip
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def _file(self) -> Path | None:
+        return self.cache_dir / "kernels.json" if self.cache_dir is not None else None
+
+    def _read_all(self) -> dict[str, Any]:
+        path = self._file()
+        if path is None or not path.is_file():
+            return {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
+            log.warning("ignoring an unreadable kernel cache %s: %s", path, exc)
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _load(self, key: str) -> KernelVerdict | None:
+        entry = self._read_all().get(key)
+        if not isinstance(entry, dict):
+            return None
+        try:
+            return KernelVerdict.from_json(entry)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def _store(self, key: str, verdict: KernelVerdict) -> None:
+        path = self._file()
+        if path is None:
+            return
+        data = self._read_all()
+        data[key] = verdict.to_json()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kernels-", suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1)
+            os.replace(tmp, path)
+        except OSError as exc:  # a full disk costs a re-probe next time, nothing more
+            log.warning("could not save the kernel verdict to %s: %s", path, exc)
+            with contextlib.suppress(OSError, UnboundLocalError):
+                os.unlink(tmp)
+
+    # ---------------------------------------------------------------- the probe
+    def _probe(
+        self,
+        model: Path,
+        n_threads: int,
+        n_gpu_layers: int,
+        k_max: int,
+        configs: Sequence[KernelConfig],
+    ) -> KernelVerdict:
+        """Every configuration, in as few children as crashes allow: one child
+        runs them in turn, announcing each before it starts, so when it dies
+        the culprit is known and a new child goes on with the rest."""
+        results: dict[KernelConfig, ProbeResult] = {}
+        remaining = list(configs)
+        while remaining:
+            done, started, error = self._run_child(model, n_threads, n_gpu_layers, k_max, remaining)
+            results.update({r.config: r for r in done})
+            if started is not None:
+                results[started] = ProbeResult(started, ok=False, error=error)
+            elif error:  # the child failed before any configuration: nothing can run
+                for c in remaining:
+                    results.setdefault(c, ProbeResult(c, ok=False, error=error))
+            remaining = [c for c in remaining if c not in results]
+        return KernelVerdict(tuple(results[c] for c in configs))
+
+    def _run_child(
+        self,
+        model: Path,
+        n_threads: int,
+        n_gpu_layers: int,
+        k_max: int,
+        configs: Sequence[KernelConfig],
+    ) -> tuple[list[ProbeResult], KernelConfig | None, str]:
+        """Returns (finished results, the configuration running when it stopped
+        abnormally, why)."""
+        cmd = [
+            *self.command, str(model), str(n_threads), str(n_gpu_layers), str(k_max),
+            *(c.key for c in configs),
+        ]  # fmt: skip
+        done: list[ProbeResult] = []
+        started: KernelConfig | None = None
+        try:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s * len(configs),
+                stdin=subprocess.DEVNULL,
+            )
+            out, rc, why = proc.stdout, proc.returncode, ""
+        except subprocess.TimeoutExpired as exc:
+            raw = exc.stdout or b""
+            out = raw.decode() if isinstance(raw, bytes) else raw
+            rc, why = None, f"hung (no answer in {self.timeout_s * len(configs):.0f} s)"
+        except OSError as exc:
+            return [], None, f"the probe could not start: {exc}"
+        for line in out.splitlines():
+            if line.startswith("start "):
+                started = KernelConfig.from_key(line.split()[1])
+            elif line.startswith("result "):
+                done.append(ProbeResult.from_json(json.loads(line[len("result ") :])))
+                started = None
+        if rc is not None:
+            if rc == 0:
+                return done, None, ""
+            why = _exit_reason(rc)
+        if started is None and not done:
+            log.warning("kernel probe failed before any configuration: %s", why)
+        return done, started, why
+
+
+def _exit_reason(rc: int) -> str:
+    if rc < 0:
+        with contextlib.suppress(ValueError):
+            return f"crashed ({signal.Signals(-rc).name})"
+        return f"crashed (signal {-rc})"
+    return f"failed (exit code {rc})"
+
+
+CHILD_FLAG = "--gambit-kernel-probe"
+
+
+def child_command() -> list[str]:
+    """How to start a probe child: this very installation's module, never one
+    found through the working directory (-I), or the bundled app itself."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, CHILD_FLAG]
+    return [sys.executable, "-I", "-m", "gambit.engine.kernels"]
+
+
+_FILLER = (
+    "Speculative decoding lets a small model propose a few tokens and a large model "
+    "check them all at once. When the guesses are good, several tokens come out of "
+    "one pass over the weights; when they are bad, the work is wasted. The kernels "
+    "that compute a batch must give the same numbers as those that compute one token, "
+    "or greedy decoding may pick another word where two candidates nearly tie. "
+)
+
+
+def measure(
+    model: Path, config: KernelConfig, n_threads: int, n_gpu_layers: int, k_max: int
+) -> ProbeResult:
+    """Run ``config`` through the paths speculation uses (in this process: it may crash)."""
+    import numpy as np
+
+    from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+
+    options = RuntimeOptions(
+        n_ctx=PROBE_CONTEXT + 2 * k_max + 8,
+        n_threads=n_threads,
+        n_gpu_layers=n_gpu_layers,
+        kernels=config,
+    )
+    with ModelRuntime(model, options) as rt:
+        tokens = rt.tokenize(_FILLER, add_special=False)
+        while len(tokens) < PROBE_CONTEXT + k_max:
+            tokens += tokens
+        context, batch = tokens[:PROBE_CONTEXT], tokens[PROBE_CONTEXT : PROBE_CONTEXT + k_max]
+        rt.decode(context)  # a prefill batch: where broken batched kernels die
+        for k in range(2, k_max + 1):  # every verification batch size
+            rt.decode(batch[:k], all_logits=True)
+            rt.truncate(len(context))
+        tk = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            rows = rt.decode(batch, all_logits=True)
+            batched = rt.logits_rows(rows).copy()
+            tk = min(tk, time.perf_counter() - t0)
+            rt.truncate(len(context))
+        single = np.empty_like(batched)
+        t1 = float("inf")
+        for i, tok in enumerate(batch):
+            t0 = time.perf_counter()
+            rt.decode([tok])
+            single[i] = rt.logits(-1)
+            t1 = min(t1, time.perf_counter() - t0)
+    diff = float(np.abs(batched - single).max())
+    flips = int((batched.argmax(axis=1) != single.argmax(axis=1)).sum())
+    return ProbeResult(
+        config, ok=True, t1_s=t1, tk_s=tk, k_max=k_max, max_diff=diff, argmax_flips=flips
+    )
+
+
+def child_main(argv: Sequence[str]) -> int:
+    """``python -m gambit.engine.kernels MODEL THREADS GPU_LAYERS K_MAX CONFIG...``"""
+    logging.getLogger("gambit.llama").setLevel(logging.CRITICAL)
+    model, threads, gpu_layers, k_max = Path(argv[0]), int(argv[1]), int(argv[2]), int(argv[3])
+    for key in argv[4:]:
+        config = KernelConfig.from_key(key)
+        print(f"start {key}", flush=True)
+        try:
+            result = measure(model, config, threads, gpu_layers, k_max)
+        except Exception as exc:  # a refusal, not a crash: report it and go on
+            result = ProbeResult(config, ok=False, error=f"failed: {exc}")
+        print("result " + json.dumps(result.to_json()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))
