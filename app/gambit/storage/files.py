@@ -1,18 +1,57 @@
-"""Writing files so that a reader sees the old content or the new, never part."""
+"""Files Gambit keeps for itself: written so that a reader sees the old content
+or the new, never part; private to the user (chats, settings and logs that
+quote them are nobody else's business); and set aside, not lost, when damaged.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def make_private_dirs(path: Path) -> None:
+    """Create the folder ``path`` and any missing parents, each open to this
+    user only (0700). Folders that exist already are left as they are (they
+    may be the user's own). Raises ``OSError``."""
+    missing: list[Path] = []
+    for folder in (path, *path.parents):
+        if folder.is_dir():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+            folder.mkdir(mode=PRIVATE_DIR_MODE)
+    if not path.is_dir():
+        path.mkdir()  # raises the telling error: a file in the way, ...
+
+
+def touch_private(path: Path) -> None:
+    """Make sure the file ``path`` exists and is open to this user only: created
+    empty as 0600 if missing; an existing one (Gambit's own: its database, its
+    logs) loses any group and other permissions. Raises ``OSError``."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        if mode & 0o077:
+            with contextlib.suppress(OSError):  # not ours to change (another owner)
+                os.chmod(path, mode & 0o700)
+    else:
+        os.close(fd)
 
 
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file in ``path``'s folder, then rename it
-    over ``path``. Creates the folder. Raises ``OSError`` on failure, leaving
-    no temporary file behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    over ``path``. Creates the folder. The file is private (mkstemp's 0600).
+    Raises ``OSError`` on failure, leaving no temporary file behind."""
+    make_private_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
@@ -26,3 +65,17 @@ def write_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def move_aside(path: Path, now: dt.datetime | None = None) -> Path:
+    """Rename a damaged file to ``<name>.corrupt-YYYYmmdd-HHMMSS`` next to it
+    (``-2``, ``-3``, ... added if that is taken), so that it can be looked at
+    and the next save starts afresh. Returns the new path; raises ``OSError``."""
+    stamp = f"{now or dt.datetime.now():%Y%m%d-%H%M%S}"
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    os.replace(path, aside)
+    return aside
