@@ -39,6 +39,11 @@ class TruncatedModelError(ModelFileError):
     pass
 
 
+class DamagedModelError(ModelFileError):
+    """The GGUF header says something impossible (a count larger than the file,
+    a value of the wrong type, an unknown weight type): llama.cpp refuses it."""
+
+
 class ModelLoadError(ModelFileError):
     """The header looked fine but llama.cpp refused the file."""
 

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from gambit.errors import (
+    DamagedModelError,
     EmptyModelFileError,
     ModelNotFoundError,
     NotAFileError,
@@ -30,6 +31,11 @@ from gambit.errors import (
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
+GGML_MAX_DIMS = 4  # llama.cpp refuses tensors of more dimensions
+_INT64_MAX = (1 << 63) - 1
+# Sanity bounds, far above any real header (SmolLM2's largest list: 49k texts).
+_MAX_STRING = 1 << 30
+_MAX_ARRAY = 1 << 31
 
 _SCALARS: dict[int, str] = {
     GGUFValueType.UINT8: "<B",
@@ -87,17 +93,24 @@ class GGUFHeader:
 
 
 class _Reader:
+    """Reads the header, checking every count against the file before using it:
+    a damaged count must cost an error message, not memory or a hang."""
+
     def __init__(self, f: BinaryIO, path: Path) -> None:
         self.f = f
         self.path = path
+        self.size = os.fstat(f.fileno()).st_size
+
+    def damaged(self, what: str) -> DamagedModelError:
+        return DamagedModelError(str(self.path), f"the GGUF header is damaged: {what}")
 
     def read(self, n: int) -> bytes:
-        data = self.f.read(n)
+        # Checked before reading: f.read(n) allocates n bytes up front.
+        data = self.f.read(n) if n <= self.size - self.f.tell() else b""
         if len(data) != n:
-            size = self.path.stat().st_size
             raise TruncatedModelError(
                 str(self.path),
-                f"the model file is truncated: it ends at {size:,} bytes, inside its "
+                f"the model file is truncated: it ends at {self.size:,} bytes, inside its "
                 "GGUF header (was the download interrupted?)",
             )
         return data
@@ -107,39 +120,160 @@ class _Reader:
 
     def string(self) -> bytes:
         n = self.unpack("<Q")
-        if n > 1 << 30:
-            raise TruncatedModelError(str(self.path), "the GGUF header is damaged")
+        if n > _MAX_STRING:
+            raise self.damaged(f"a text claims to be {n:,} bytes long")
         return self.read(n)
 
-    def value(self, vtype: int, keep: bool, digest: Any | None) -> Any:
+    def scalar(self, key: str, vtype: int) -> Any:
         if vtype == GGUFValueType.STRING:
             return self.string().decode("utf-8", "replace")
-        if vtype == GGUFValueType.ARRAY:
-            etype = self.unpack("<I")
-            n = self.unpack("<Q")
-            if etype == GGUFValueType.STRING:
-                items = []
-                for _ in range(n):
-                    s = self.string()
-                    if digest is not None:
-                        digest.update(len(s).to_bytes(4, "little") + s)
-                    if keep:
-                        items.append(s.decode("utf-8", "replace"))
-                return items if keep else ("array", etype, n)
-            fmt = _SCALARS.get(etype)
-            if fmt is None:
-                raise TruncatedModelError(str(self.path), "the GGUF header is damaged")
-            size = struct.calcsize(fmt)
-            raw = self.read(size * n)
-            if digest is not None:
-                digest.update(raw)
-            if keep:
-                return list(struct.unpack(f"<{n}{fmt[1]}", raw))
-            return ("array", etype, n)
         fmt = _SCALARS.get(vtype)
         if fmt is None:
-            raise TruncatedModelError(str(self.path), "the GGUF header is damaged")
+            raise self.damaged(f"{key} has an unknown value type {vtype}")
         return self.unpack(fmt)
+
+    def array(self, key: str, etype: int, keep: bool, digest: Any | None) -> Any:
+        n = self.unpack("<Q")
+        if n > _MAX_ARRAY:
+            raise self.damaged(f"the list {key} claims {n:,} elements")
+        if etype == GGUFValueType.STRING:
+            items = []
+            for _ in range(n):
+                s = self.string()
+                if digest is not None:
+                    digest.update(len(s).to_bytes(4, "little") + s)
+                if keep:
+                    items.append(s.decode("utf-8", "replace"))
+            return items if keep else ("array", etype, n)
+        fmt = _SCALARS.get(etype)
+        if fmt is None:
+            raise self.damaged(f"the list {key} has elements of an unknown type {etype}")
+        raw = self.read(struct.calcsize(fmt) * n)
+        if digest is not None:
+            digest.update(raw)
+        if keep:
+            return list(struct.unpack(f"<{n}{fmt[1]}", raw))
+        return ("array", etype, n)
+
+    def tensor(self, seen: set[str]) -> TensorInfo:
+        name = self.string().decode("utf-8", "replace")
+        if name in seen:
+            raise self.damaged(f"the tensor {name} is listed twice")
+        n_dims = self.unpack("<I")
+        if n_dims > GGML_MAX_DIMS:
+            raise self.damaged(f"the tensor {name} has {n_dims:,} dimensions (at most 4)")
+        shape = tuple(self.unpack("<Q") for _ in range(n_dims))
+        ggml_type = self.unpack("<I")
+        offset = self.unpack("<Q")
+        try:
+            block, _ = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+        except (ValueError, KeyError):
+            raise self.damaged(
+                f"the tensor {name} has the unknown weight type {ggml_type} "
+                "(a newer version of llama.cpp may know it)"
+            ) from None
+        n = 1
+        for d in shape:
+            n *= d
+        if n > _INT64_MAX:
+            raise self.damaged(f"the tensor {name} claims {n:,} elements")
+        if shape and shape[0] % block:
+            raise self.damaged(
+                f"the tensor {name} has rows of {shape[0]:,} values, not a whole number "
+                f"of {GGMLQuantizationType(ggml_type).name} blocks of {block}"
+            )
+        return TensorInfo(name, shape, ggml_type, offset)
+
+
+@dataclass(frozen=True)
+class _Expected:
+    what: str  # for the message: "text", "a whole number", ...
+    types: frozenset[int]
+    elements: frozenset[int] = frozenset()  # of an ARRAY
+
+
+_INTEGERS = frozenset(
+    {
+        GGUFValueType.UINT8,
+        GGUFValueType.INT8,
+        GGUFValueType.UINT16,
+        GGUFValueType.INT16,
+        GGUFValueType.UINT32,
+        GGUFValueType.INT32,
+        GGUFValueType.UINT64,
+        GGUFValueType.INT64,
+    }
+)
+_TEXT = _Expected("text", frozenset({GGUFValueType.STRING}))
+_INTEGER = _Expected("a whole number", _INTEGERS)
+_FLAG = _Expected("true or false", frozenset({GGUFValueType.BOOL}))
+_TEXTS = _Expected(
+    "a list of texts", frozenset({GGUFValueType.ARRAY}), frozenset({GGUFValueType.STRING})
+)
+_PER_BLOCK = _Expected(
+    "a whole number (or one per block)", _INTEGERS | {GGUFValueType.ARRAY}, _INTEGERS
+)
+# The keys Gambit reads and the value types llama.cpp accepts for them: with
+# another type llama.cpp refuses the file ("wrong type"), or for the alignment
+# aborts the process, and Gambit's own reading would go wrong.
+_KEY_TYPES: dict[str, _Expected] = {
+    "general.alignment": _Expected("a uint32", frozenset({GGUFValueType.UINT32})),
+    "general.architecture": _TEXT,
+    "general.name": _TEXT,
+    "general.file_type": _INTEGER,
+    "tokenizer.ggml.model": _TEXT,
+    "tokenizer.ggml.pre": _TEXT,
+    "tokenizer.chat_template": _TEXT,
+    "tokenizer.ggml.tokens": _TEXTS,
+    "tokenizer.ggml.merges": _TEXTS,
+    "tokenizer.ggml.bos_token_id": _INTEGER,
+    "tokenizer.ggml.eos_token_id": _INTEGER,
+    "tokenizer.ggml.add_bos_token": _FLAG,
+    "tokenizer.ggml.add_eos_token": _FLAG,
+}
+# ... and "{architecture}.<one of these>"
+_ARCH_KEY_TYPES: dict[str, _Expected] = {
+    "vocab_size": _INTEGER,
+    **dict.fromkeys(
+        (
+            "context_length",
+            "block_count",
+            "embedding_length",
+            "feed_forward_length",
+            "attention.head_count",
+            "attention.head_count_kv",
+            "attention.key_length",
+            "attention.value_length",
+        ),
+        _PER_BLOCK,
+    ),
+}
+
+
+def _type_name(vtype: int, etype: int | None) -> str:
+    def name(t: int) -> str:
+        try:
+            return GGUFValueType(t).name.lower()
+        except ValueError:
+            return f"type {t}"
+
+    return f"a list of {name(etype)}" if etype is not None else name(vtype)
+
+
+def _check_types(r: _Reader, header: GGUFHeader, types: dict[str, tuple[int, int | None]]) -> None:
+    arch = header.metadata.get("general.architecture")
+    expected = dict(_KEY_TYPES)
+    if isinstance(arch, str):
+        expected.update({f"{arch}.{k}": v for k, v in _ARCH_KEY_TYPES.items()})
+    for key, (vtype, etype) in types.items():
+        want = expected.get(key)
+        if want is None:
+            continue
+        if vtype not in want.types or (etype is not None and etype not in want.elements):
+            raise r.damaged(f"{key} should be {want.what}, not {_type_name(vtype, etype)}")
+    align = header.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if align <= 0 or align & (align - 1):
+        raise r.damaged(f"general.alignment is {align:,}, not a power of 2")
 
 
 # Parts of the tokenizer that decide which text a token id stands for.
@@ -147,7 +281,11 @@ _TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml
 
 
 def read_header(path: str | os.PathLike[str], keep_arrays: tuple[str, ...] = ()) -> GGUFHeader:
-    """Parse the GGUF header of ``path`` (after ``check_basic_file``)."""
+    """Parse the GGUF header of ``path`` (after ``check_basic_file``).
+
+    Raises ``TruncatedModelError`` when the file ends inside the header and
+    ``DamagedModelError`` for what llama.cpp would refuse in a complete one.
+    """
     p = Path(path)
     with p.open("rb") as f:
         r = _Reader(f, p)
@@ -160,24 +298,32 @@ def read_header(path: str | os.PathLike[str], keep_arrays: tuple[str, ...] = ())
         n_tensors = r.unpack("<Q")
         n_kv = r.unpack("<Q")
         if n_tensors > 1 << 24 or n_kv > 1 << 24:
-            raise TruncatedModelError(str(p), "the GGUF header is damaged")
+            raise r.damaged(f"it claims {n_tensors:,} tensors and {n_kv:,} metadata keys")
         header = GGUFHeader(path=p, version=version)
+        types: dict[str, tuple[int, int | None]] = {}
         digest = hashlib.sha256()
         for _ in range(n_kv):
             key = r.string().decode("utf-8", "replace")
+            if key in types:
+                raise r.damaged(f"the key {key} is listed twice")
             vtype = r.unpack("<I")
             tok = key in _TOKENIZER_KEYS
-            value = r.value(vtype, key in keep_arrays, digest if tok else None)
+            if vtype == GGUFValueType.ARRAY:
+                etype = r.unpack("<I")
+                value = r.array(key, etype, key in keep_arrays, digest if tok else None)
+                types[key] = (vtype, etype)
+            else:
+                value = r.scalar(key, vtype)
+                types[key] = (vtype, None)
             if tok and isinstance(value, str):
                 digest.update(value.encode())
             header.metadata[key] = value
+        _check_types(r, header, types)
+        seen: set[str] = set()
         for _ in range(n_tensors):
-            name = r.string().decode("utf-8", "replace")
-            n_dims = r.unpack("<I")
-            shape = tuple(r.unpack("<Q") for _ in range(n_dims))
-            ggml_type = r.unpack("<I")
-            offset = r.unpack("<Q")
-            header.tensors.append(TensorInfo(name, shape, ggml_type, offset))
+            tensor = r.tensor(seen)
+            seen.add(tensor.name)
+            header.tensors.append(tensor)
         align = int(header.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
         pos = f.tell()
         header.data_offset = (pos + align - 1) // align * align
@@ -210,8 +356,8 @@ def check_model_file(path: str | os.PathLike[str]) -> GGUFHeader:
         )
     try:
         header = read_header(p)
-    except (ValueError, KeyError, struct.error) as exc:
-        raise TruncatedModelError(name, f"the GGUF header is damaged ({exc})") from exc
+    except (ValueError, KeyError, OverflowError, struct.error) as exc:  # what read_header missed
+        raise DamagedModelError(name, f"the GGUF header is damaged ({exc})") from exc
     end = header.data_end
     if end > size:
         raise TruncatedModelError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import llama_cpp as ll
 from gguf.constants import GGMLQuantizationType
@@ -115,8 +115,20 @@ class ModelInfo:
         if missing:
             raise ValueError(f"missing fields: {', '.join(sorted(missing))}")
         values = {k: v for k, v in data.items() if k in names}
+        for name, tp in _FIELD_TYPES.items():
+            value = values[name]
+            # bool is an int subclass: true is not a token count, nor 1 a flag
+            if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+                raise ValueError(f"{name} is not {_TYPE_NAMES.get(tp, tp.__name__)}: {value!r}")
         values["path"] = Path(values["path"])
         return cls(**values)
+
+
+# ModelInfo's fields as JSON holds them (the path as text), for from_json's checks.
+_FIELD_TYPES: dict[str, type] = {
+    name: str if name == "path" else tp for name, tp in get_type_hints(ModelInfo).items()
+}
+_TYPE_NAMES = {int: "a whole number", str: "text", bool: "true or false"}
 
 
 def inspect_model(path: str | os.PathLike[str]) -> ModelInfo:
