@@ -17,6 +17,18 @@ import gguf
 import numpy as np
 import pytest
 
+from gguf_fixtures import (
+    BASE_KVS,
+    BASE_TENSORS,
+    F32,
+    kv_array,
+    kv_text,
+    kv_u32,
+    tensor_info,
+    write_raw_gguf,
+    write_small_model,
+)
+
 
 def gambit(
     *args: str | Path, home: Path, env: dict[str, str] | None = None
@@ -197,3 +209,119 @@ def test_catalog_and_offline_download(home: Path) -> None:
     line = _error_line(proc)
     assert "cannot be reached" in line and "gambit-cli models import PATH" in line
     assert "no catalog entry named 'nope'" in _error_line(gambit("download", "nope", home=home))
+
+
+# ---------------------------------------------------------------- bad files, bad index
+
+
+def test_damaged_files_in_the_models_folder_are_listed_apart(home: Path) -> None:
+    models = home / "data" / "models"
+    models.mkdir(parents=True)
+    good = write_small_model(models / "good.gguf")
+    damaged = {
+        "alignment-0.gguf": ((*BASE_KVS, kv_u32("general.alignment", 0)), BASE_TENSORS),
+        "alignment-text.gguf": ((*BASE_KVS, kv_text("general.alignment", "32")), BASE_TENSORS),
+        "huge-list.gguf": (
+            (*BASE_KVS, kv_array("tokenizer.ggml.scores", F32, 1 << 61)),
+            BASE_TENSORS,
+        ),
+        "weight-type-99.gguf": (BASE_KVS, (tensor_info("token_embd.weight", (16, 4), 99),)),
+        "blocks-as-text.gguf": (
+            (*BASE_KVS[:2], kv_text("llama.block_count", "12"), *BASE_KVS[3:]),
+            BASE_TENSORS,
+        ),
+    }
+    for name, (kvs, tensors) in damaged.items():
+        write_raw_gguf(models / name, kvs, tensors)
+
+    proc = gambit("list", home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    rows = [line.split()[0] for line in proc.stdout.splitlines()[1:] if line.strip()]
+    assert rows[0] == good.name  # the good model is listed
+    assert f"{len(damaged)} file(s) cannot be used:" in proc.stdout
+    reasons = {
+        "alignment-0.gguf": "general.alignment is 0, not a power of 2",
+        "alignment-text.gguf": "general.alignment should be a uint32, not string",
+        "huge-list.gguf": "tokenizer.ggml.scores claims 2,305,843,009,213,693,952 elements",
+        "weight-type-99.gguf": "token_embd.weight has the unknown weight type 99",
+        "blocks-as-text.gguf": "llama.block_count should be a whole number",
+    }
+    problems = proc.stdout.split("cannot be used:")[1]
+    for name, reason in reasons.items():
+        [line] = [ln for ln in problems.splitlines() if ln.endswith(str(models / name))]
+        assert "the GGUF header is damaged" in line and reason in line, line
+    # the same files, one at a time: exit 2 and one line each
+    for name, reason in reasons.items():
+        assert reason in _error_line(gambit("inspect", models / name, home=home))
+        assert reason in _error_line(gambit("import", models / name, home=home))
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000, '{"entries": {"a": 5}}', '{"entries": []}'])
+def test_damaged_library_index_is_set_aside(home: Path, tmp_path: Path, content: str) -> None:
+    index = home / "data" / "library.json"
+    index.parent.mkdir(parents=True)
+    index.write_text(content)
+    model = write_small_model(tmp_path / "small.gguf")
+    proc = gambit("list", home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    [aside] = index.parent.glob("library.json.corrupt-*")
+    assert aside.read_text() == content
+    [warning] = [ln for ln in proc.stderr.splitlines() if ln.startswith("gambit-cli: warning:")]
+    assert "library index" in warning and "damaged" in warning and aside.name in warning
+    assert "No models yet" in proc.stdout
+    # and it works again
+    assert gambit("import", model, home=home).returncode == 0
+    proc = gambit("list", home=home)
+    assert model.name in proc.stdout and proc.stderr == ""
+
+
+def test_copy_of_a_file_already_in_the_models_folder_is_never_deleted(home: Path) -> None:
+    # The user's only copy of a model, put into the models folder by hand.
+    models = home / "data" / "models"
+    models.mkdir(parents=True)
+    mine = write_small_model(models / "mine.gguf")
+    content = mine.read_bytes()
+    assert gambit("list", home=home).returncode == 0
+
+    proc = gambit("import", "--copy", mine, home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "already in the models folder" in proc.stdout
+    assert "folder" in gambit("list", home=home).stdout.splitlines()[1].split()
+
+    proc = gambit("remove", "--delete-file", mine, home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "the file was left in place" in proc.stdout
+    assert mine.read_bytes() == content
+
+
+def test_copy_gambit_made_is_deleted_on_request(home: Path, tmp_path: Path) -> None:
+    original = write_small_model(tmp_path / "original.gguf")
+    proc = gambit("import", "--copy", original, home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "copied into the library" in proc.stdout
+    copy = home / "data" / "models" / original.name
+    assert copy.is_file()
+    proc = gambit("remove", "--delete-file", copy, home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert f"deleted: {copy}" in proc.stdout
+    assert not copy.exists() and original.is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["derive", "x.gguf", "--type", "Q8_0", "--threads", "-1"], "--threads"),
+        (["layerskip", "x.gguf", "--threads", "-2"], "--threads"),
+        (["layerskip", "x.gguf", "--threads", "600"], "--threads"),
+        (["layerskip", "x.gguf", "--max-evals", "0"], "--max-evals"),
+    ],
+)
+def test_bad_counts_are_refused_before_anything_runs(
+    home: Path, args: list[str], option: str
+) -> None:
+    proc = gambit(*args, home=home)
+    assert proc.returncode == 2
+    assert f"error: argument {option}: must be " in proc.stderr
+    assert "Traceback" not in proc.stderr

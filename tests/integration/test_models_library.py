@@ -24,6 +24,7 @@ from gambit.errors import (
 )
 from gambit.models.info import inspect_model
 from gambit.models.library import ModelLibrary
+from gguf_fixtures import write_small_model
 
 
 @pytest.fixture
@@ -223,7 +224,15 @@ def test_copy_into_models_folder_with_progress(lib: ModelLibrary, smol_q4_1: Pat
     assert lib.remove(dest) is None
     assert dest.is_file()
     assert lib.rescan() == [] and lib.entries() == []
-    # importing it again, then removing it with delete_file deletes the copy
+    # importing it again finds the file there: once forgotten, it is not known
+    # to be Gambit's copy, so it is never deleted
+    lib.import_file(smol_q4_1, copy=True)
+    (entry,) = lib.entries()
+    assert entry.origin == "folder"
+    assert lib.remove(dest, delete_file=True) is None
+    assert dest.is_file()
+    # a copy Gambit makes is deleted with delete_file
+    dest.unlink()
     lib.import_file(smol_q4_1, copy=True)
     assert lib.remove(dest, delete_file=True) == dest
     assert not dest.exists()
@@ -242,7 +251,10 @@ def test_damaged_index_is_set_aside(lib: ModelLibrary, smol_q4_1: Path) -> None:
     lib.index_path.write_text('{"entries": {"half-writ')
     again = ModelLibrary(lib.index_path, lib.models_dir)
     assert again.entries() == []
-    assert lib.index_path.with_name("library.json.damaged").is_file()
+    [aside] = lib.index_path.parent.glob("library.json.corrupt-*")
+    assert aside.read_text() == '{"entries": {"half-writ'
+    [notice] = again.notices
+    assert "was damaged" in notice and aside.name in notice
     again.import_file(smol_q4_1)
     assert len(ModelLibrary(lib.index_path, lib.models_dir).entries()) == 1
 
@@ -257,3 +269,119 @@ def test_drafts_for(lib: ModelLibrary, smol_q4_1: Path, smol_q8_0: Path, smol_f1
     assert entry.draft_for == (str(smol_f16.resolve()),)
     again = ModelLibrary(lib.index_path, lib.models_dir).get(smol_q4_1)
     assert again is not None and again.draft_for == (str(smol_f16.resolve()),)
+
+
+# ------------------------------------------- an index damaged by hand or by another program
+
+DAMAGED_INDEXES: dict[str, object] = {
+    "deep-list": "[" * 100_000,
+    "deep-entries": '{"entries": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "not-utf8": b"\xff\xfe{}",
+    "entries-list": {"entries": []},
+    "entry-number": {"entries": {"/m.gguf": 5}},
+    "entry-no-origin": {"entries": {"/m.gguf": {"info": {}}}},
+    "entry-bad-origin": {"entries": {"/m.gguf": {"origin": "stolen", "info": {}}}},
+    "entry-info-list": {"entries": {"/m.gguf": {"origin": "copied", "info": []}}},
+    "draft-for-number": {"entries": {"/m.gguf": {"origin": "folder", "info": {}, "draft_for": 3}}},
+    "folders-text": {"entries": {}, "folders": "/home"},
+    "hidden-number": {"entries": {}, "hidden": 5},
+    "problems-texts": {"entries": {}, "problems": ["bad"]},
+    "problem-without-path": {"entries": {}, "problems": [{"message": "x"}]},
+}
+
+
+@pytest.mark.parametrize("name", list(DAMAGED_INDEXES))
+def test_damaged_index_never_breaks_the_library(
+    lib: ModelLibrary, tmp_path: Path, name: str
+) -> None:
+    model = write_small_model(tmp_path / "small.gguf")
+    content = DAMAGED_INDEXES[name]
+    lib.index_path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        lib.index_path.write_bytes(content)
+    else:
+        lib.index_path.write_text(content if isinstance(content, str) else json.dumps(content))
+    before = lib.index_path.read_bytes()
+
+    again = ModelLibrary(lib.index_path, lib.models_dir)  # a restart
+    assert again.entries() == [] and again.problems() == [] and again.folders() == []
+    assert again.rescan() == []
+    [aside] = lib.index_path.parent.glob("library.json.corrupt-*")
+    assert aside.read_bytes() == before  # kept, to be looked at
+    [notice] = again.notices
+    assert notice.startswith(f"The model library index {lib.index_path} was damaged (")
+    assert f"it was kept as {aside.name}" in notice
+    # and the library works again from scratch
+    again.import_file(model)
+    entries = ModelLibrary(lib.index_path, lib.models_dir).entries()
+    assert [e.path for e in entries] == [model.resolve()]
+
+
+def test_a_record_with_wrong_types_is_read_again_from_the_file(
+    lib: ModelLibrary, tmp_path: Path
+) -> None:
+    model = write_small_model(tmp_path / "small.gguf")
+    lib.import_file(model)
+    data = json.loads(lib.index_path.read_text())
+    (record,) = data["entries"].values()
+    record["info"]["n_params"] = "lots"  # would break every listing's arithmetic
+    record["info"]["has_chat_template"] = 1
+    lib.index_path.write_text(json.dumps(data))
+    again = ModelLibrary(lib.index_path, lib.models_dir)
+    assert again.entries() == []  # the record cannot be shown ...
+    (info,) = again.rescan()  # ... and the header is read again
+    assert info.n_params == 16_000 and info.has_chat_template is False
+    assert again.notices == []
+
+
+# ------------------------------------------------------------ never delete the user's file
+
+
+def test_copying_a_file_onto_itself_does_not_make_it_gambits(lib: ModelLibrary) -> None:
+    # The user's only copy, put into the models folder by hand.
+    lib.models_dir.mkdir(parents=True)
+    mine = write_small_model(lib.models_dir / "mine.gguf")
+    lib.rescan()
+    assert [e.origin for e in lib.entries()] == ["folder"]
+    info = lib.import_file(mine, copy=True)  # "copy it in": it is in already
+    assert info.path == mine.resolve()
+    assert [e.origin for e in lib.entries()] == ["folder"]
+    assert lib.remove(mine, delete_file=True) is None
+    assert mine.is_file()
+
+
+def test_copying_onto_a_file_not_yet_scanned_does_not_make_it_gambits(
+    lib: ModelLibrary,
+) -> None:
+    lib.models_dir.mkdir(parents=True)
+    mine = write_small_model(lib.models_dir / "mine.gguf")  # no rescan since
+    lib.import_file(mine, copy=True)
+    assert [e.origin for e in lib.entries()] == ["folder"]
+    assert lib.remove(mine, delete_file=True) is None
+    assert mine.is_file()
+
+
+def test_a_copy_of_the_same_bytes_already_there_is_not_gambits(
+    lib: ModelLibrary, tmp_path: Path
+) -> None:
+    # The user put a copy in the models folder, then imports the original with --copy.
+    original = write_small_model(tmp_path / "original.gguf")
+    lib.models_dir.mkdir(parents=True)
+    theirs = lib.models_dir / "original.gguf"
+    shutil.copyfile(original, theirs)
+    info = lib.import_file(original, copy=True)
+    assert info.path == theirs.resolve()
+    assert [e.origin for e in lib.entries()] == ["folder"]
+    assert lib.remove(theirs, delete_file=True) is None
+    assert theirs.is_file() and original.is_file()
+
+
+def test_importing_gambits_copy_again_keeps_it_gambits(lib: ModelLibrary, tmp_path: Path) -> None:
+    original = write_small_model(tmp_path / "original.gguf")
+    copy = lib.import_file(original, copy=True).path
+    for again in (original, copy):
+        lib.import_file(again, copy=True)
+        lib.import_file(copy)  # referenced: no change either
+        assert [e.origin for e in lib.entries()] == ["copied"]
+    assert lib.remove(copy, delete_file=True) == copy
+    assert not copy.exists() and original.is_file()

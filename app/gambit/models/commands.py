@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gambit.engine.limits import positive_int_arg, threads_arg
 from gambit.engine.runtime import RuntimeOptions
 from gambit.models.catalog import download, find_pair, load_catalog
 from gambit.models.default_model import Progress
@@ -58,7 +59,7 @@ def add_models_parser(sub: Any) -> None:
     p.add_argument("--out", type=Path, default=None, help="output file (default: models folder)")
     p.add_argument("--measure", action="store_true", help="measure the acceptance rate afterwards")
     p.add_argument(
-        "--threads", type=int, default=0, help="CPU threads for --measure (default: cores)"
+        "--threads", type=threads_arg, default=0, help="CPU threads for --measure (default: cores)"
     )
     p.add_argument("--force", action="store_true", help="replace an existing output file")
 
@@ -72,11 +73,11 @@ def add_models_parser(sub: Any) -> None:
     p.add_argument("target", type=Path)
     p.add_argument(
         "--max-evals",
-        type=_positive_int,
+        type=positive_int_arg,
         default=DEFAULT_MAX_EVALUATIONS,
         help=f"skip sets to measure at most (default {DEFAULT_MAX_EVALUATIONS})",
     )
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: cores)")
+    p.add_argument("--threads", type=threads_arg, default=0, help="CPU threads (default: cores)")
     p.add_argument("--force", action="store_true", help="search again, even if cached")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
 
@@ -106,16 +107,6 @@ def run_models(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------- helpers
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, not {text!r}")
-    return value
 
 
 def _mb(n: int) -> str:
@@ -153,6 +144,14 @@ def _progress(verb: str) -> Progress:
     return report
 
 
+def _library() -> ModelLibrary:
+    """The library, its notices (a damaged index set aside) shown on stderr."""
+    library = ModelLibrary()
+    for notice in library.notices:
+        print(f"gambit-cli: warning: {notice}", file=sys.stderr)
+    return library
+
+
 def _entry_row(e: LibraryEntry, names: dict[str, str]) -> list[str]:
     i = e.info
     return [
@@ -174,7 +173,7 @@ def _entry_row(e: LibraryEntry, names: dict[str, str]) -> list[str]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    library = ModelLibrary()
+    library = _library()
     for folder in args.folder:
         library.add_folder(folder)
     library.rescan()
@@ -389,10 +388,16 @@ def cmd_layerskip(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    library = ModelLibrary()
+    library = _library()
     progress = _progress("importing") if args.copy else None
     info = library.import_file(args.path, copy=args.copy, progress=progress)
-    how = "copied into the library" if args.copy else "added to the library (referenced)"
+    entry = library.get(info.path)
+    origin = entry.origin if entry is not None else "referenced"
+    how = {
+        "copied": "copied into the library",
+        # --copy of a file in the models folder already: it stays the user's
+        "folder": "already in the models folder; added to the library",
+    }.get(origin, f"added to the library ({origin})")
     print(f"{info.path}: {how}: {info.architecture}, {info.params_label}, "
           f"{info.quantization}, {_mb(info.file_size)}")  # fmt: skip
     drafts = library.drafts_for(info)
@@ -403,7 +408,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    library = ModelLibrary()
+    library = _library()
     deleted = library.remove(args.path, delete_file=args.delete_file)
     if deleted is not None:
         print(f"removed from the library and deleted: {deleted}")

@@ -24,7 +24,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from gambit.errors import GambitError, ModelFileError, ModelNotFoundError, NotAFileError
 from gambit.models.default_model import Progress
@@ -32,7 +32,7 @@ from gambit.models.gguf_file import check_model_file
 from gambit.models.info import ModelInfo, inspect_model
 from gambit.models.pairing import compatible_drafts
 from gambit.storage import paths
-from gambit.storage.files import write_atomic
+from gambit.storage.files import make_private_dirs, move_aside, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,8 @@ INDEX_VERSION = 1
 Origin = Literal["folder", "referenced", "copied", "derived", "downloaded"]
 # Files Gambit itself wrote into the models folder: the only ones it may delete.
 _OWNED_ORIGINS = ("copied", "derived", "downloaded")
+# Files found where they are: adding one again never changes how it came.
+_FOUND_ORIGINS = ("folder", "referenced")
 _CHUNK = 1 << 20
 
 
@@ -86,6 +88,9 @@ class ModelLibrary:
     ) -> None:
         self.index_path = Path(index_path) if index_path else paths.data_dir() / "library.json"
         self.models_dir = Path(models_dir) if models_dir else paths.models_dir()
+        # What went wrong reading the index (it was damaged and set aside), as
+        # sentences for the user; the CLI and the models dialog show them.
+        self.notices: list[str] = []
         self._data = self._load()
 
     # ------------------------------------------------------------------ reading
@@ -145,12 +150,16 @@ class ModelLibrary:
         """Add one model file: referenced where it is, or copied into the models folder.
 
         The file is checked first; a bad one raises its ``ModelFileError`` and
-        leaves the library as it was.
+        leaves the library as it was. Only a copy this call makes counts as
+        "copied" (a file Gambit may delete): when the file, or the same bytes,
+        is in the models folder already, that file is the user's and keeps how
+        it came.
         """
         src = Path(path).expanduser()
         info = inspect_model(src)
         if copy:
             dest = self.models_dir / src.name
+            origin: Origin = "folder"
             if _identity(dest) != _identity(src) and not _same_content(src, dest):
                 if dest.exists():
                     raise GambitError(
@@ -158,8 +167,9 @@ class ModelLibrary:
                         f"({self.models_dir}); rename one of them first"
                     )
                 self._copy(src, dest, progress)
+                origin = "copied"
             info = inspect_model(dest)
-            return self._add(dest, info, "copied")
+            return self._add(dest, info, origin)
         return self._add(src, info, "referenced")
 
     def add_file(self, path: str | os.PathLike[str], origin: Origin = "referenced") -> ModelInfo:
@@ -273,7 +283,7 @@ class ModelLibrary:
         with self._changing() as data:
             key = self._find(path, data) or _key(path)
             prev = data["entries"].get(key)
-            if prev is not None and origin == "referenced":
+            if prev is not None and origin in _FOUND_ORIGINS:
                 origin = prev["origin"]  # importing again does not change how it came
             raw = self._record(key, info, origin)
             if prev is not None:
@@ -347,7 +357,7 @@ class ModelLibrary:
         return None
 
     def _copy(self, src: Path, dest: Path, progress: Progress | None) -> None:
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(dest.parent)
         total = src.stat().st_size
         free = shutil.disk_usage(dest.parent).free
         if free < total:
@@ -381,24 +391,36 @@ class ModelLibrary:
             "hidden": [],
         }
         try:
-            text = self.index_path.read_text(encoding="utf-8")
+            raw = self.index_path.read_bytes()
         except FileNotFoundError:
             return empty
         try:
-            data = json.loads(text)
-            if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
-                raise ValueError("not a library index")
-        except ValueError as exc:
-            # Keep the damaged index for inspection and start over: a rescan
-            # finds the files in the folders again.
-            backup = self.index_path.with_name(self.index_path.name + ".damaged")
-            with contextlib.suppress(OSError):
-                os.replace(self.index_path, backup)
-            log.warning("the model library index was damaged (%s); moved to %s", exc, backup)
+            data: dict[str, Any] = json.loads(raw)
+            _check_index(data)
+        except RecursionError:  # "[[[[..." nested deeper than Python's stack
+            self._set_aside("nested too deeply to read")
+            return empty
+        except (ValueError, TypeError, KeyError) as exc:  # UnicodeDecodeError is a ValueError
+            self._set_aside(str(exc))
             return empty
         for name, value in empty.items():
             data.setdefault(name, value)
         return data
+
+    def _set_aside(self, reason: str) -> None:
+        """Keep the damaged index for inspection and start over: a rescan finds
+        the files in the folders again."""
+        message = f"The model library index {self.index_path} was damaged ({reason})"
+        try:
+            aside = move_aside(self.index_path)
+        except OSError as exc:
+            message += f"; it could not be moved aside ({exc.strerror or exc})"
+        else:
+            message += f"; it was kept as {aside.name}"
+        message += ". The library starts empty: folders are scanned again, files imported one "
+        message += "by one must be imported again."
+        log.warning("%s", message)
+        self.notices.append(message)
 
     def _save(self, data: dict[str, Any]) -> None:
         write_atomic(self.index_path, json.dumps(data, indent=1, sort_keys=True))
@@ -411,6 +433,33 @@ class ModelLibrary:
         yield data
         self._save(data)
         self._data = data
+
+
+def _check_index(data: Any) -> None:
+    """Raise ValueError unless ``data`` has the shape of a library index (what
+    the code above indexes into without looking): a file edited by hand or
+    written by something else must not crash every listing."""
+
+    def strings(value: Any, what: str) -> None:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{what} is not a list of paths")
+
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+        raise ValueError("not a library index")
+    for key, entry in data["entries"].items():
+        if not isinstance(entry, dict) or entry.get("origin") not in get_args(Origin):
+            raise ValueError(f"the entry for {key} is not a model record")
+        if not isinstance(entry.get("info"), dict):
+            raise ValueError(f"the entry for {key} has no model metadata")
+        strings(entry.get("draft_for", []), f"draft_for of {key}")
+    strings(data.get("folders", []), "folders")
+    strings(data.get("hidden", []), "hidden")
+    problems = data.get("problems", [])
+    if not isinstance(problems, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("path"), str) and isinstance(p.get("message"), str)
+        for p in problems
+    ):
+        raise ValueError("problems is not a list of messages")
 
 
 def _same_content(a: Path, b: Path) -> bool:

@@ -373,13 +373,12 @@ class ModelsDialog(QDialog):
             self._show_error(f"The model library could not be read: {exc}")
         self._drafts_cache.clear()
         self._fill_table()
+        lines = list(self.library.notices)  # the index was damaged and set aside
         if problems:
             n = len(problems)
-            lines = [f"{n} file{'s' if n != 1 else ''} could not be used:"]
+            lines += [f"{n} file{'s' if n != 1 else ''} could not be used:"]
             lines += [f"•  {p.message}" for p in problems]
-            _show_message(self.problems_label, "\n".join(lines), "warn")
-        else:
-            _show_message(self.problems_label, "")
+        _show_message(self.problems_label, "\n".join(lines), "warn")
         self.empty_label.setVisible(not self._entries)
         self.table.setVisible(bool(self._entries))
         kept = keep is not None and self.select_model(keep)
