@@ -11,6 +11,9 @@
   is (stderr, the log, and a message box in the GUI). Native crashes
   (segfaults inside llama.cpp or Qt) are caught by ``faulthandler``, which
   writes its tracebacks to ``log_dir()/crashes/native.log``.
+
+Logs and reports quote the user's chats and paths, so their folders and files
+are private (0700 and 0600), rotated log files included.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import faulthandler
+import io
 import logging
 import logging.handlers
 import os
@@ -31,6 +35,7 @@ from types import TracebackType
 from typing import IO
 
 from gambit import __version__
+from gambit.storage.files import make_private_dirs, touch_private
 from gambit.storage.paths import log_dir
 
 LOG_FILE = "gambit.log"
@@ -59,6 +64,14 @@ class _QuietLlama(logging.Filter):
         return not record.name.startswith("gambit.llama") or record.levelno >= logging.ERROR
 
 
+class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """Opens each log file (the first, and each one after a rotation) as 0600."""
+
+    def _open(self) -> io.TextIOWrapper:
+        touch_private(Path(self.baseFilename))
+        return super()._open()
+
+
 def log_file_path() -> Path:
     return log_dir() / LOG_FILE
 
@@ -82,8 +95,8 @@ def setup_logging(verbose: bool = False, *, console: bool = True) -> Path | None
     file_error: OSError | None = None
     try:
         assert path is not None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        file_handler = logging.handlers.RotatingFileHandler(
+        make_private_dirs(path.parent)
+        file_handler = _PrivateRotatingFileHandler(
             path, maxBytes=MAX_BYTES, backupCount=BACKUP_COUNT, encoding="utf-8"
         )
     except OSError as exc:
@@ -175,13 +188,14 @@ def write_crash_report(
     ]
     folder = crash_dir()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(folder)
         stem = f"crash-{now:%Y%m%d-%H%M%S}"
         path = folder / f"{stem}.txt"
         n = 1
         while path.exists():  # two crashes in one second
             path = folder / f"{stem}-{n}.txt"
             n += 1
+        touch_private(path)
         path.write_text("\n".join(body), encoding="utf-8")
     except OSError:
         log.exception("could not write a crash report into %s", folder)
@@ -255,7 +269,8 @@ def _enable_faulthandler() -> Path | None:
         return Path(getattr(old, "name", ""))
     path = crash_dir() / NATIVE_CRASH_FILE
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
+        touch_private(path)
         # Start afresh once it grows past the log's rotation size.
         mode = "w" if path.is_file() and path.stat().st_size > MAX_BYTES else "a"
         # Kept open for the life of the process: faulthandler writes to its fd.
