@@ -577,3 +577,15 @@ def test_screenshots(make_dialog: MakeDialog, qtbot: QtBot, tmp_path: Path) -> N
     for folder in (tmp_path, Path("/tmp")):
         assert image.save(str(folder / "settings_dialog_errors.png"))
     assert (tmp_path / "settings_dialog.png").stat().st_size > 0
+
+
+def test_threads_cannot_be_set_out_of_range(make_dialog: MakeDialog) -> None:
+    # The same range as the settings file and the command line (engine/limits.py).
+    dialog = make_dialog()
+    threads = _spin(dialog, "threadsSpin")
+    assert (threads.minimum(), threads.maximum()) == (0, 512)
+    threads.setValue(100_000)
+    assert dialog.settings().threads == 512
+    threads.setValue(-3)
+    assert dialog.settings().threads == 0
+    assert dialog.settings().validate() == []

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gambit.engine.limits import THREADS_MAX
 from gambit.engine.session import TREE_DRAFTERS, TREE_NODES_MAX, TREE_NODES_MIN, DrafterKind
 from gambit.models.default_model import DEFAULT_MODEL_FILE, DEFAULT_MODEL_NAME, bundled_model_path
 from gambit.models.mtp import MtpAvailability, mtp_availability, without_heads
@@ -322,7 +323,7 @@ class SettingsDialog(QDialog):
         self.context_size_spin.setRange(CONTEXT_MIN, CONTEXT_MAX)
         self.context_size_spin.setMinimumWidth(120)
         self.context_size_spin.setSuffix(" tokens")
-        self.threads_spin = _spin("threadsSpin", 0, 1024, special="Automatic")
+        self.threads_spin = _spin("threadsSpin", 0, THREADS_MAX, special="Automatic")
         self.gpu_layers_target_spin = _spin("gpuLayersTargetSpin", -1, 9999, special="All")
         self.gpu_layers_draft_spin = _spin("gpuLayersDraftSpin", -1, 9999, special="All")
 
