@@ -410,3 +410,18 @@ def test_self_speculation_is_kept_and_named(make_dialog: MakeDialog) -> None:
     dialog = make_dialog(settings)
     assert "Drafter: <b>self-speculation (skip layers)</b>" in _label(dialog, "choiceLabel").text()
     assert dialog.chosen_settings() == settings
+
+
+def test_a_damaged_library_index_is_said_and_the_dialog_works(qtbot: QtBot, tmp_path: Path) -> None:
+    index = tmp_path / "data" / "library.json"
+    index.parent.mkdir(parents=True)
+    index.write_text("[" * 100_000)  # used to raise RecursionError on every start
+    dialog = ModelsDialog(ModelLibrary(index, tmp_path / "data" / "models"), Settings())
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    problems = _label(dialog, "problemsLabel")
+    assert problems.isVisible()
+    [aside] = index.parent.glob("library.json.corrupt-*")
+    assert "library index" in problems.text() and aside.name in problems.text()
+    assert dialog.table.rowCount() == 0
