@@ -14,6 +14,7 @@ from gambit import __version__
 from gambit.engine.chat import Message
 from gambit.engine.controller import PolicyMode
 from gambit.engine.decoder import GenerationConfig
+from gambit.engine.limits import THREADS_MAX, positive_int_arg, threads_arg
 from gambit.engine.metrics import GenerationStats
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
@@ -21,6 +22,7 @@ from gambit.engine.session import DrafterKind, Engine, EngineConfig
 from gambit.errors import GambitError
 from gambit.models.commands import add_models_parser, run_models
 from gambit.models.default_model import Progress, default_model_path
+from gambit.storage.paths import cache_dir
 
 
 def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -> None:
@@ -62,7 +64,12 @@ def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -
         default=8,
         help="the most draft tokens the adaptive policy uses (default 8)",
     )
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
+    p.add_argument(
+        "--threads",
+        type=threads_arg,
+        default=0,
+        help=f"CPU threads, 1 to {THREADS_MAX} (default 0: the physical cores)",
+    )
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     p.add_argument(
         "--gpu-layers",
@@ -73,9 +80,11 @@ def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -
     p.add_argument(
         "--fast-kernels",
         action="store_true",
-        help="F16 KV cache and repacked weights: a few %% faster, but at temperature 0 "
-        "speculation may then pick a different token than plain decoding where the "
-        "target's top candidates (nearly) tie",
+        help="run the target on the fastest kernels that work on this CPU (a one-time "
+        "probe finds them), even where their batched logits differ from single-token "
+        "ones: at temperature 0 speculation may then pick a different token than plain "
+        "decoding where the target's top candidates (nearly) tie. Without it, the "
+        "fastest batch-invariant kernels; the draft always runs the fastest",
     )
 
 
@@ -91,7 +100,9 @@ def _add_sampling_args(p: argparse.ArgumentParser, temp_default: float) -> None:
     p.add_argument("--min-p", type=float, default=0.05)
     p.add_argument("--repeat-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument(
+        "--max-tokens", type=positive_int_arg, default=256, help="longest reply (default 256)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,6 +188,7 @@ def _engine_config(args: argparse.Namespace) -> EngineConfig:
         tree=args.tree,
         tree_nodes=args.tree_nodes,
         target_options=options,
+        kernel_cache=cache_dir(),
         gamma=args.gamma,
         gamma_max=max(args.gamma_max, args.gamma),
         policy=policy,

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gambit import __version__
+from gambit.engine.limits import threads_arg
 from gambit.errors import GambitError
-from gambit.storage.paths import log_dir
+from gambit.storage.paths import cache_dir, log_dir
 
 if TYPE_CHECKING:
     from gambit.engine.session import DrafterKind
@@ -162,8 +163,35 @@ def about_lines() -> list[str]:
     if devices:
         lines.append(f"devices: {', '.join(str(d) for d in devices)}")
     lines.append(f"system info: {info.system_info}")
+    lines.extend(kernel_lines())
     lines.append(f"log folder: {log_dir()}")
     return lines
+
+
+def kernel_lines() -> list[str]:
+    """The kernel probe's verdict for the configured target (probed now if it never was)."""
+    from gambit.engine.kernels import KernelChoice, KernelProbe
+    from gambit.engine.runtime import default_threads
+    from gambit.models.default_model import DEFAULT_MODEL_FILE, bundled_model_path
+    from gambit.storage.paths import models_dir
+    from gambit.storage.settings import SettingsStore
+
+    settings = SettingsStore().load()
+    target = settings.target_path() or bundled_model_path() or models_dir() / DEFAULT_MODEL_FILE
+    if not target.is_file():
+        return ["kernels: not probed yet (no model on disk)"]
+    try:
+        verdict = KernelProbe(cache_dir()).verdict(
+            target, settings.threads or default_threads(), settings.gpu_layers_target
+        )
+    except (OSError, ValueError) as exc:
+        return [f"kernels: the probe could not run ({exc})"]
+    exact = KernelChoice(verdict.exact(), "exact", verdict)
+    fast = KernelChoice(verdict.fastest(), "fast", verdict)
+    return [
+        f"kernels ({target.name}, exact): {exact.describe()}",
+        f"kernels ({target.name}, fast): {fast.describe()}",
+    ]
 
 
 def _qt_check() -> tuple[str, str | None]:
@@ -219,6 +247,7 @@ def _run(
         tree=tree,
         tree_nodes=GAMMA + TREE_SIDE_NODES,
         fixed_side=TREE_SIDE_NODES if tree else 0,
+        kernel_cache=cache_dir(),
     )
     result = RunResult(label)
     t0 = time.perf_counter()
@@ -358,7 +387,9 @@ def build_parser(prog: str = "gambit --self-test") -> argparse.ArgumentParser:
         default=DEFAULT_TOKENS,
         help=f"reply length (default {DEFAULT_TOKENS})",
     )
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: physical cores)")
+    p.add_argument(
+        "--threads", type=threads_arg, default=0, help="CPU threads (default: physical cores)"
+    )
     p.add_argument("--ctx", type=int, default=1024, help="context size (default 1024)")
     p.add_argument(
         "--gpu-layers",

@@ -125,6 +125,32 @@ def test_generate_invalid_temperature(tmp_path: Path, smol_q4_1: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+THREADS = "argument --threads: must be 0 (automatic) or a whole number from 1 to 512, not {}"
+MAX_TOKENS = "argument --max-tokens: must be a whole number of 1 or more, not {}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--threads", "-1"], THREADS.format(-1)),  # segfaulted inside llama.cpp
+        (["--threads", "100000"], THREADS.format(100000)),
+        (["--threads", "two"], "argument --threads: must be a whole number, not 'two'"),
+        (["--max-tokens", "0"], MAX_TOKENS.format(0)),  # generated nothing, silently
+        (["--max-tokens", "-5"], MAX_TOKENS.format(-5)),
+    ],
+)
+@pytest.mark.parametrize("command", ["generate", "bench"])
+def test_bad_counts_are_refused_with_exit_2(
+    tmp_path: Path, command: str, args: list[str], message: str
+) -> None:
+    extra = ["Say hello"] if command == "generate" else ["--prompts", tmp_path / "p.jsonl"]
+    proc = gambit(command, "--target", tmp_path / "never-opened.gguf", *args, *extra, home=tmp_path)
+    assert proc.returncode == 2
+    assert f"gambit-cli {command}: error: {message}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
 # ------------------------------------------------------------------------------ bench
 
 

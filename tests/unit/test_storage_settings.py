@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 
 from gambit.engine.runtime import RuntimeOptions
 from gambit.storage.settings import LABELS, Settings, SettingsError, SettingsStore
+
+THREADS_MESSAGE = "Threads must be 0 (automatic) or a whole number from 1 to 512, not {}."
 
 
 @pytest.fixture
@@ -74,7 +77,8 @@ def test_defaults_validate() -> None:
         ({"max_tokens": 0}, "Max tokens must be between 1 and 32768."),
         ({"max_tokens": 40000}, "Max tokens must be between 1 and 32768."),
         ({"max_tokens": 4096}, "Max tokens (4096) must be less than the context size (4096)."),
-        ({"threads": -1}, "Threads must be 0 (automatic) or more."),
+        ({"threads": -1}, THREADS_MESSAGE.format(-1)),
+        ({"threads": 513}, THREADS_MESSAGE.format(513)),
         ({"gpu_layers_target": -2}, "GPU layers (target) must be -1 (all), 0 (none) or more."),
         ({"gpu_layers_draft": -2}, "GPU layers (draft) must be -1 (all), 0 (none) or more."),
         ({"context_size": 128}, "Context size must be between 256 and 131072 tokens."),
@@ -280,20 +284,31 @@ def test_save_into_unusable_folder_raises_settings_error(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     "content",
-    [b"{not json", b"", b"[1, 2, 3]", b'"just a string"', b"\xff\xfe\x00garbage"],
+    [
+        b"{not json",
+        b"",
+        b"[1, 2, 3]",
+        b'"just a string"',
+        b"\xff\xfe\x00garbage",
+        b"[" * 100_000,  # deeper than Python's recursion limit
+        b'{"threads": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    ],
+    ids=["not-json", "empty", "list", "string", "not-utf8", "deep", "deep-value"],
 )
 def test_corrupt_file_gives_defaults_and_keeps_bad_copy(
-    settings_path: Path, content: bytes
+    settings_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings_path.parent.mkdir(parents=True)
     settings_path.write_bytes(content)
     store = SettingsStore(settings_path)
     assert store.load() == Settings()
     [error] = store.load_errors
-    assert "damaged" in error and "settings.json.bad" in error
-    bad = settings_path.with_name("settings.json.bad")
+    [bad] = settings_path.parent.glob("settings.json.corrupt-*")
+    assert re.fullmatch(r"settings\.json\.corrupt-\d{8}-\d{6}", bad.name)
+    assert "damaged" in error and bad.name in error
     assert bad.read_bytes() == content
     assert not settings_path.exists()
+    assert error in caplog.text  # in the log too
 
     # the next save starts a fresh file; the next load is clean again
     store.save(Settings(seed=3))
@@ -347,7 +362,7 @@ def test_wrong_types_fall_back_per_field(settings_path: Path) -> None:
     joined = "\n".join(store.load_errors)
     assert '"hot"' in joined and "using the default (0.7)" in joined
     assert settings_path.exists()  # a readable file is not moved aside
-    assert not settings_path.with_name("settings.json.bad").exists()
+    assert not list(settings_path.parent.glob("settings.json.*"))
 
 
 def test_a_file_from_before_tree_drafts_loads_cleanly(settings_path: Path) -> None:
@@ -382,6 +397,43 @@ def test_values_of_the_right_type_load_even_if_invalid(settings_path: Path) -> N
     s = SettingsStore(settings_path).load()
     assert s.temperature == -1.0
     assert s.validate() == ["Temperature must be 0 or more."]
+
+
+def test_a_second_damaged_file_does_not_replace_the_first(settings_path: Path) -> None:
+    settings_path.parent.mkdir(parents=True)
+    for content in (b"{first", b"{second"):
+        settings_path.write_bytes(content)
+        assert SettingsStore(settings_path).load() == Settings()
+    kept = sorted(p.read_bytes() for p in settings_path.parent.glob("settings.json.corrupt-*"))
+    assert kept == [b"{first", b"{second"]
+
+
+@pytest.mark.parametrize("threads", [-3, -1, 513, 10**6])
+def test_a_thread_count_that_would_crash_is_reset_on_load(
+    settings_path: Path, threads: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A negative count segfaults llama.cpp: the window would crash on every start.
+    settings_path.parent.mkdir(parents=True)
+    settings_path.write_text(json.dumps({"threads": threads, "seed": 7}), encoding="utf-8")
+    store = SettingsStore(settings_path)
+    s = store.load()
+    assert s == Settings(seed=7)  # the rest of the file is kept
+    assert s.validate() == []
+    s.target_options()  # the engine's options build (RuntimeOptions would refuse)
+    [error] = store.load_errors
+    assert error == (
+        f"Threads must be 0 (automatic) or a whole number from 1 to 512, not {threads} "
+        "in settings.json; using the default (0)."
+    )
+    assert error in caplog.text and "WARNING" in caplog.text
+    assert settings_path.exists()  # a readable file is not moved aside
+
+
+@pytest.mark.parametrize("threads", [-1, 513])
+def test_runtime_options_refuse_a_bad_thread_count(threads: int) -> None:
+    with pytest.raises(ValueError, match=f"thread count must be 0 .*, not {threads}"):
+        RuntimeOptions(n_threads=threads)
+    assert RuntimeOptions(n_threads=512).n_threads == 512
 
 
 def test_default_path_follows_gambit_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ from gambit.engine.decoder import GenerationConfig, Round, SpeculativeDecoder
 from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
 from gambit.engine.drafters.lookup import PromptLookupDrafter
-from gambit.engine.kernels import KernelChoice, KernelProbe
+from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
 from gambit.errors import ModelFileError
 
@@ -78,8 +78,8 @@ def _choose_kernels(
     what ``strict_batch_invariance`` asks for); options that name their kernels
     already are kept as they are."""
     wanted = wanted or ("exact" if options.strict_batch_invariance else "fast")
-    if options.kernels is not None:
-        return options, KernelChoice(options.kernels, wanted, None)
+    if options.kernels is not None or not model.is_file():  # (ModelRuntime says what is wrong)
+        return options, KernelChoice(options.kernels or EXACT, wanted, None)
     threads = options.n_threads or default_threads()
     verdict = probe.verdict(model, threads, options.n_gpu_layers, k_max)
     config = verdict.exact() if wanted == "exact" else verdict.fastest()

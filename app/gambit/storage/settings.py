@@ -3,7 +3,9 @@
 The field defaults of ``Settings`` are the table of defaults; nothing else
 repeats them. A settings file is read leniently (a damaged file or a bad value
 costs that value, never the app's start), and written atomically (a crash
-mid-save leaves the old file, never half a new one).
+mid-save leaves the old file, never half a new one). A damaged file is moved
+aside (``settings.json.corrupt-<time>``) and ``SettingsStore.load_errors`` says
+so, for the window to show.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from gambit.engine.decoder import GenerationConfig
+from gambit.engine.limits import threads_problem
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import (
@@ -30,7 +33,7 @@ from gambit.engine.session import (
 )
 from gambit.errors import GambitError
 from gambit.storage import paths
-from gambit.storage.files import write_atomic
+from gambit.storage.files import move_aside, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +151,8 @@ class Settings:
             1 <= self.max_tokens <= MAX_TOKENS_LIMIT,
             f"Max tokens must be between 1 and {MAX_TOKENS_LIMIT}.",
         )
-        check("threads", self.threads >= 0, "Threads must be 0 (automatic) or more.")
+        threads = threads_problem(self.threads)
+        check("threads", threads is None, f"{LABELS['threads']} {threads}.")
         for name in ("gpu_layers_target", "gpu_layers_draft"):
             check(
                 name,
@@ -210,6 +214,7 @@ class Settings:
             gamma_max=self.gamma_max,
             tree=self.tree_drafts and self.drafter in TREE_DRAFTERS,
             tree_nodes=self.tree_nodes,
+            kernel_cache=paths.cache_dir(),
         )
 
     def generation_config(self) -> GenerationConfig:
@@ -279,6 +284,12 @@ class SettingsError(GambitError):
 
 _MISSING = object()
 
+# Settings whose bad values crash llama.cpp when the engine loads (a negative
+# thread count does), with their rule: such a value is replaced by the default
+# when the file is read, so that the app always starts. Other values out of
+# range load as they are, for validate() and the dialog to point out.
+_UNSAFE: dict[str, Callable[[Any], str | None]] = {"threads": threads_problem}
+
 
 def _coerce(tp: Any, value: Any) -> Any:
     """``value`` from JSON as the field type ``tp`` wants it, or _MISSING."""
@@ -328,11 +339,6 @@ class SettingsStore:
         # What the last load() could not use, as sentences for the user.
         self.load_errors: list[str] = []
 
-    @property
-    def bad_path(self) -> Path:
-        """Where a damaged settings file is moved, so that it can be looked at."""
-        return self.path.with_name(self.path.name + ".bad")
-
     def load(self) -> Settings:
         """The saved settings; the defaults for whatever is missing or unusable."""
         self.load_errors = []
@@ -351,6 +357,8 @@ class SettingsStore:
             data = json.loads(raw)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
             return self._damaged(f"not valid JSON: {exc}")
+        except RecursionError:  # "[[[[..." nested deeper than Python's stack
+            return self._damaged("nested too deeply to read")
         if not isinstance(data, dict):
             return self._damaged("not a JSON object")
 
@@ -360,6 +368,16 @@ class SettingsStore:
             if name not in data:
                 continue
             value = _coerce(tp, data[name])
+            if value is not _MISSING and name in _UNSAFE:
+                problem = _UNSAFE[name](value)
+                if problem is not None:
+                    message = (
+                        f"{LABELS[name]} {problem} in {self.path.name}; using the default "
+                        f"({_shown(getattr(defaults, name))})."
+                    )
+                    log.warning("%s", message)
+                    self.load_errors.append(message)
+                    continue
             if value is _MISSING:
                 self.load_errors.append(
                     f"{LABELS[name]}: expected {_expected(tp)} in {self.path.name}, "
@@ -376,11 +394,12 @@ class SettingsStore:
     def _damaged(self, reason: str) -> Settings:
         message = f"The settings file {self.path} is damaged ({reason}); using the default settings"
         try:
-            os.replace(self.path, self.bad_path)
+            aside = move_aside(self.path)
         except OSError as exc:
             message += f" (it could not be moved aside: {exc.strerror or exc})."
         else:
-            message += f". The damaged file was kept as {self.bad_path.name}."
+            message += f". The damaged file was kept as {aside.name}."
+        log.warning("%s", message)
         self.load_errors.append(message)
         return Settings()
 
