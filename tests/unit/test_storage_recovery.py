@@ -57,7 +57,7 @@ def open_(opened: list[OpenedHistory], path: Path) -> OpenedHistory:
 def asides(path: Path) -> list[str]:
     """The damaged files moved aside (not counting their -wal and -shm)."""
     return sorted(
-        p.name for p in path.parent.glob("*.damaged-*") if not p.name.endswith(("-wal", "-shm"))
+        p.name for p in path.parent.glob("*.corrupt-*") if not p.name.endswith(("-wal", "-shm"))
     )
 
 
@@ -165,9 +165,9 @@ def test_log_files_move_aside_with_the_file(db_path: Path) -> None:
     db_path.parent.mkdir(parents=True)
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db_path}{suffix}").write_text(suffix or "db")
-    first = move_aside(db_path, "damaged")
+    first = move_aside(db_path)
     db_path.write_text("again")
-    second = move_aside(db_path, "damaged")  # within the same second: a new name
+    second = move_aside(db_path)  # within the same second: a new name
     assert first != second and not db_path.exists()
     assert Path(f"{first}-wal").read_text() == "-wal"
     assert Path(f"{first}-shm").read_text() == "-shm"

@@ -1,7 +1,7 @@
 """Opening the chat history so that the app always starts.
 
 - A damaged file (not SQLite, truncated, garbled pages, a broken schema) is
-  moved aside with a timestamp, together with its ``-wal`` and ``-shm``; what
+  moved aside as ``<name>.corrupt-<timestamp>``, with its ``-wal`` and ``-shm``; what
   can still be read of it is copied into a new, empty history.
 - A file whose write lock another process keeps (a second Gambit stuck
   mid-write, a database browser with a transaction open) is not touched: this
@@ -20,10 +20,10 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gambit.storage import files
 from gambit.storage.conversations import (
     ConversationStore,
     ConversationStoreError,
@@ -77,7 +77,7 @@ def _in_memory(path: Path, reason: str) -> OpenedHistory:
 def _start_over(path: Path, reason: str) -> OpenedHistory:
     log.error("chat history %s is damaged: %s", path, reason)
     try:
-        aside = move_aside(path, "damaged")
+        aside = move_aside(path)
     except OSError as exc:
         return _in_memory(
             path,
@@ -107,16 +107,11 @@ def _start_over(path: Path, reason: str) -> OpenedHistory:
     return OpenedHistory(store, notice)
 
 
-def move_aside(path: Path, label: str) -> Path:
-    """Rename ``path`` and its side files to ``<name>.<label>-<timestamp>`` (and
-    ``-wal``/``-shm`` after that, where SQLite looks for them). Returns the new path."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside = path.with_name(f"{path.name}.{label}-{stamp}")
-    n = 1
-    while any(Path(f"{aside}{s}").exists() for s in ("", *SIDE_FILES)):
-        n += 1
-        aside = path.with_name(f"{path.name}.{label}-{stamp}-{n}")
-    os.replace(path, aside)
+def move_aside(path: Path) -> Path:
+    """Rename ``path`` to ``<name>.corrupt-<timestamp>`` (``files.move_aside``) and
+    its side files to that name plus ``-wal``/``-shm``, where SQLite looks for
+    them. Returns the new path; raises ``OSError``."""
+    aside = files.move_aside(path)
     for suffix in SIDE_FILES:
         side = Path(f"{path}{suffix}")
         if side.exists():
