@@ -111,7 +111,8 @@ def _run_gui(qt_args: list[str]) -> int:
     from PySide6.QtWidgets import QApplication
 
     from gambit.logs import set_crash_notifier
-    from gambit.storage.conversations import ConversationStore, default_store_path
+    from gambit.storage.conversations import default_store_path
+    from gambit.storage.recovery import open_history
     from gambit.storage.settings import SettingsStore
     from gambit.ui.main_window import MainWindow
 
@@ -128,9 +129,9 @@ def _run_gui(qt_args: list[str]) -> int:
         app.setWindowIcon(icon)
     set_crash_notifier(_show_crash_box)
 
-    path = default_store_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    window = MainWindow(SettingsStore(), ConversationStore(path))
+    # A damaged, locked or unwritable history never stops the start: see recovery.py.
+    history = open_history(default_store_path())
+    window = MainWindow(SettingsStore(), history.store, history_notice=history.notice)
     window.show()
     window.load_engine()
     return app.exec()

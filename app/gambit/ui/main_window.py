@@ -26,9 +26,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gambit.engine.chat import Message
+from gambit.engine.decoder import GenerationConfig
+from gambit.errors import GambitError
 from gambit.models.library import ModelLibrary
 from gambit.storage.conversations import ConversationStore
+from gambit.storage.history import prompt_messages
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.chat_view import ChatMessage, ChatView
 from gambit.ui.models_dialog import ModelsDialog
@@ -44,6 +46,10 @@ _ENGINE_FIELDS = (
     "tree_drafts", "tree_nodes", "threads", "gpu_layers_target", "gpu_layers_draft",
     "context_size", "exact_kernels",
 )  # fmt: skip
+
+# The streaming reply is written to the history this often (and at every stop),
+# so that a crash or a kill loses at most this much of it.
+AUTOSAVE_MS = 1000
 
 
 class InputEdit(QPlainTextEdit):
@@ -94,6 +100,7 @@ class MainWindow(QMainWindow):
         settings_store: SettingsStore,
         conversations: ConversationStore,
         worker: WorkerThread | None = None,
+        history_notice: str | None = None,  # storage.recovery.OpenedHistory.notice
     ) -> None:
         super().__init__()
         self.setObjectName("mainWindow")
@@ -108,6 +115,7 @@ class MainWindow(QMainWindow):
         self.conversation_id: int | None = None
         self.generating = False
         self._reply_id: int | None = None
+        self._saved_text: str | None = None  # the reply's text as last written
         self._closing = False
         self._build()
         self._connect()
@@ -120,6 +128,8 @@ class MainWindow(QMainWindow):
         if settings_store.load_errors:
             self._show_error("Some settings could not be read and were reset",
                              "\n".join(settings_store.load_errors))  # fmt: skip
+        if history_notice:
+            self._show_error("Chat history", history_notice, warning=True)
 
     # ------------------------------------------------------------------ layout
     def _build(self) -> None:
@@ -194,6 +204,13 @@ class MainWindow(QMainWindow):
         self._repaint.setInterval(50)
         self._repaint.timeout.connect(self.chat.flush_reply)
         self._repaint.start()
+        self._autosave = QTimer(self)
+        self._autosave.setInterval(AUTOSAVE_MS)
+        self._autosave.timeout.connect(self._save_partial)
+        if self.store.in_memory:
+            self.statusBar().addPermanentWidget(
+                _named(QLabel("⚠ Chats are not being saved"), "historyNotSavedLabel")
+            )
         self._update_buttons()
 
     def _connect(self) -> None:
@@ -259,6 +276,10 @@ class MainWindow(QMainWindow):
         self._update_buttons()
 
     # ------------------------------------------------------------- chatting
+    # Every step from Send to the request reaching the worker either completes
+    # or leaves the window idle with a message: the typed text stays in the
+    # input box until it is stored, and "generating" is set only once the
+    # reply's row exists and the request is about to go.
     @Slot()
     def send(self) -> None:
         text = self.input.toPlainText().strip()
@@ -267,50 +288,100 @@ class MainWindow(QMainWindow):
         if self.engine_info is None:
             self.statusBar().showMessage("The model is not loaded yet.", 5000)
             return
+        config = self._generation_config()
+        if config is None:
+            return
         if self.conversation_id is None:
             self._new_conversation()
-        assert self.conversation_id is not None
-        self.input.clear()
-        self.store.add_message(self.conversation_id, "user", text)
-        if self.store.get(self.conversation_id).title == "New chat":
-            self.store.rename(self.conversation_id, _title_from(text))
+            if self.conversation_id is None:
+                return  # it said why; the text stays in the input box
+        try:
+            self.store.add_message(self.conversation_id, "user", text)
+        except Exception as exc:
+            self._report("The message could not be saved, so it was not sent", exc)
+            return
+        self.input.clear()  # stored: from here on it is in the history
         self.chat.append_message(ChatMessage("user", text))
-        self._start_reply()
+        try:
+            if self.store.get(self.conversation_id).title == "New chat":
+                self.store.rename(self.conversation_id, _title_from(text))
+        except Exception as exc:  # the message is stored; only its title is missing
+            log.warning("could not title conversation %s: %s", self.conversation_id, exc)
+        self._start_reply(config)
 
-    def _start_reply(self) -> None:
+    def _generation_config(self) -> GenerationConfig | None:
+        """The reply's sampling settings, or None (and a message) if they cannot be used."""
+        try:
+            return self.settings.generation_config()
+        except ValueError as exc:
+            problems = self.settings.validate() or [str(exc)]
+            self._show_error(
+                "The settings cannot be used",
+                "\n".join(problems) + "\n\nCorrect them in Settings, then send again.",
+            )
+            return None
+
+    def _start_reply(self, config: GenerationConfig) -> None:
         assert self.conversation_id is not None
-        history = [
-            Message(m.role, m.content)
-            for m in self.store.messages(self.conversation_id)
-            if m.content or m.role != "assistant"
-        ]
-        if self.settings.system_prompt.strip():
-            history.insert(0, Message("system", self.settings.system_prompt.strip()))
-        self._reply_id = self.store.add_message(
-            self.conversation_id, "assistant", "", complete=False
-        )
+        try:
+            stored = self.store.messages(self.conversation_id)
+            history = prompt_messages(stored, self.settings.system_prompt)
+            self._reply_id = self.store.add_message(
+                self.conversation_id, "assistant", "", complete=False
+            )
+        except Exception as exc:
+            self._report("The reply could not be started", exc)
+            return
+        self._saved_text = ""
         self.chat.begin_reply()
         self.stats.start_reply()
         self.generating = True
         self._update_buttons()
-        self.request_generate.emit(history, self.settings.generation_config())
+        self._autosave.start()
+        self.request_generate.emit(history, config)
 
     @Slot()
     def stop(self) -> None:
         if self.generating:
             self.worker.cancel()
+            self._save_partial()
             self.statusBar().showMessage("Stopping…", 2000)
 
     @Slot()
     def regenerate(self) -> None:
         if self.generating or self.conversation_id is None or self.engine_info is None:
             return
-        messages = self.store.messages(self.conversation_id)
-        if not messages or messages[-1].role != "assistant":
+        config = self._generation_config()
+        if config is None:
             return
-        self.store.delete_from(messages[-1].id)
-        self._show_conversation(self.conversation_id)
-        self._start_reply()
+        try:
+            messages = self.store.messages(self.conversation_id)
+            if not messages or messages[-1].role != "assistant":
+                return
+            self.store.delete_from(messages[-1].id)
+            self._show_conversation(self.conversation_id)
+        except Exception as exc:
+            self._report("The reply could not be regenerated", exc)
+            return
+        self._start_reply(config)
+
+    @Slot()
+    def _save_partial(self) -> None:
+        """Write the reply as far as it has streamed, if it grew since the last write."""
+        streaming = self.chat.streaming
+        if self._reply_id is None or streaming is None or streaming.text == self._saved_text:
+            return
+        stats = {"stop": "interrupted", "drafted": _run_lengths(tuple(streaming.drafted))}
+        try:
+            self.store.update_message(self._reply_id, streaming.text, False, stats)
+        except Exception as exc:
+            # Not again for this reply (a locked file would stall the window each
+            # time); the write at the end tries once more and says if it fails.
+            self._autosave.stop()
+            log.warning("could not save the streaming reply: %s", exc)
+            self.statusBar().showMessage(f"The reply is not being saved: {exc}", 10000)
+            return
+        self._saved_text = streaming.text
 
     @Slot(object)
     def _on_delta(self, delta: ReplyDelta) -> None:
@@ -329,19 +400,30 @@ class MainWindow(QMainWindow):
             self._show_error("The reply could not be completed", message)
 
     def _finish_reply(self, result: ReplyResult | None, error: str | None) -> None:
+        self._autosave.stop()
         streaming = self.chat.streaming
         text = result.text if result else (streaming.text if streaming else "")
-        footer = _footer(result, error)
+        failure: Exception | None = None
         if self._reply_id is not None:
             stats = _stats_dict(result, error)
             complete = result is not None and error is None and not result.stopped_early
-            self.store.update_message(self._reply_id, text, complete, stats)
-        self.chat.end_reply(footer)
-        if result is not None:
-            self.stats.set_snapshot(result.snapshot)
-        self.generating = False
-        self._reply_id = None
-        self._update_buttons()
+            try:
+                self.store.update_message(self._reply_id, text, complete, stats)
+            except Exception as exc:
+                failure = exc
+        try:
+            self.chat.end_reply(_footer(result, error))
+            if result is not None:
+                self.stats.set_snapshot(result.snapshot)
+        finally:  # whatever failed, the window is idle again
+            self.generating = False
+            self._reply_id = None
+            self._saved_text = None
+            self._update_buttons()
+        if failure is not None:
+            if not self._closing:
+                self._report("The reply is shown but could not be saved", failure)
+            return
         self._refresh_list(keep_selection=True)
 
     # --------------------------------------------------------- conversations
@@ -362,7 +444,11 @@ class MainWindow(QMainWindow):
     def _new_conversation(self) -> None:
         if self.generating:
             return
-        conv_id = self.store.create()
+        try:
+            conv_id = self.store.create()
+        except Exception as exc:  # a full disk at start must not stop the window opening
+            self._report("A new chat could not be started", exc)
+            return
         self.search.clear()
         self.conversation_id = conv_id
         self._refresh_list()
@@ -480,9 +566,19 @@ class MainWindow(QMainWindow):
             text = f"Speculation: {info.drafter_label}, {self.settings.policy}"
         self.spec_label.setText(text)
 
-    def _show_error(self, title: str, message: str) -> None:
-        box = QMessageBox(QMessageBox.Icon.Critical, title, message, parent=self)
-        box.setObjectName("errorDialog")
+    def _report(self, title: str, exc: Exception) -> None:
+        """Tell the user about ``exc``; the traceback goes to the log if it is a bug."""
+        if isinstance(exc, GambitError):
+            message = str(exc)
+        else:
+            log.error("%s", title, exc_info=exc)
+            message = f"Unexpected error: {exc!r}. The log has the details."
+        self._show_error(title, message)
+
+    def _show_error(self, title: str, message: str, warning: bool = False) -> None:
+        icon = QMessageBox.Icon.Warning if warning else QMessageBox.Icon.Critical
+        box = QMessageBox(icon, title, message, parent=self)
+        box.setObjectName("warningDialog" if warning else "errorDialog")
         box.setWindowModality(Qt.WindowModality.WindowModal)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()  # not exec(): the window (and its event loop) carries on
@@ -493,7 +589,10 @@ class MainWindow(QMainWindow):
             # Save what has streamed so far before anything else can fail.
             streaming = self.chat.streaming
             partial = streaming.text if streaming else ""
-            self.store.update_message(self._reply_id, partial, False, {"stop": "window closed"})
+            try:
+                self.store.update_message(self._reply_id, partial, False, {"stop": "window closed"})
+            except Exception:  # closing must not fail: the last autosave is what remains
+                log.exception("could not save the reply while closing")
         self.worker_thread.stop()
         self.store.close()
         super().closeEvent(event)
@@ -590,7 +689,7 @@ def _footer_from_stats(stats: dict[str, Any] | None) -> str:
     if base and stats.get("tokens_per_s"):
         parts.append(f"{stats['tokens_per_s'] / base:.2f}× vs plain")
     stop = stats.get("stop")
-    if stop in ("cancelled", "window closed"):
+    if stop in ("cancelled", "window closed", "interrupted"):
         parts.append("stopped" if stop == "cancelled" else "interrupted")
     if stats.get("error"):
         parts.append(f"error: {stats['error']}")
