@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -253,3 +254,24 @@ def test_finished_reply_has_no_streaming_caret(qtbot: QtBot, window: MainWindow)
     wait_reply(qtbot, window)
     assert "▍" not in window.chat.toPlainText()
     assert window.chat.messages[-1].text in window.chat.toPlainText()
+
+
+def test_a_stored_thread_count_that_would_crash_is_reset_and_said(
+    qtbot: QtBot, paths: tuple[Path, Path], settings: Settings
+) -> None:
+    # "threads": -3 in settings.json used to crash llama.cpp on every start.
+    settings_path, _ = paths
+    SettingsStore(settings_path).save(settings)
+    data = json.loads(settings_path.read_text())
+    settings_path.write_text(json.dumps({**data, "threads": -3}))
+    w = open_window(qtbot, paths, None)
+    qtbot.waitUntil(lambda: w.findChild(QMessageBox, "errorDialog") is not None, timeout=30_000)
+    box = w.findChild(QMessageBox, "errorDialog")
+    assert box is not None
+    assert "Threads must be 0 (automatic) or a whole number from 1 to 512, not -3" in (
+        box.text() + box.informativeText()
+    )
+    assert w.settings == settings.with_(threads=0)
+    box.close()
+    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    w.close()
