@@ -7,7 +7,7 @@ import time
 from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, QPoint, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
@@ -33,6 +33,7 @@ from gambit.storage.conversations import ConversationStore
 from gambit.storage.history import prompt_messages
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.chat_view import ChatMessage, ChatView
+from gambit.ui.menus import MenuBar
 from gambit.ui.models_dialog import ModelsDialog
 from gambit.ui.settings_dialog import SettingsDialog
 from gambit.ui.stats_panel import StatsPanel
@@ -133,7 +134,7 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ layout
     def _build(self) -> None:
-        sidebar = _named(QWidget(), "sidebar")
+        self.sidebar = sidebar = _named(QWidget(), "sidebar")
         side = QVBoxLayout(sidebar)
         side.setContentsMargins(8, 8, 4, 8)
         self.new_button = _named(QPushButton("New chat"), "newChatButton")
@@ -183,15 +184,11 @@ class MainWindow(QMainWindow):
         self.speculation_action = _named(QAction("Speculation", self), "speculationAction")
         self.speculation_action.setCheckable(True)
         self.speculation_action.setChecked(self.settings.speculation)
-        self.speculation_action.setToolTip("Speculative decoding on/off (takes effect at once)")
         self.models_action = _named(QAction("Models…", self), "modelsAction")
-        self.models_action.setToolTip("Choose the target and draft models, derive or download them")
         self.settings_action = _named(QAction("Settings…", self), "settingsAction")
-        self.settings_action.setShortcut(QKeySequence.StandardKey.Preferences)
-        stats_toggle = self.stats.toggleViewAction()
-        stats_toggle.setText("Statistics")
+        self.menus = MenuBar(self)  # shortcuts and tooltips for these actions too
         toolbar.addAction(self.speculation_action)
-        toolbar.addAction(stats_toggle)
+        toolbar.addAction(self.menus.stats)
         toolbar.addSeparator()
         toolbar.addAction(self.models_action)
         toolbar.addAction(self.settings_action)

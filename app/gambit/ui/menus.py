@@ -1,0 +1,231 @@
+"""The main window's menu bar: File, Edit, View, Tools, Help.
+
+The menus reuse the window's own actions (the toolbar's Settings, Models,
+Speculation and Statistics), so a shortcut, a check mark or an enabled state
+is one thing wherever it shows. Shortcuts come from ``QKeySequence.StandardKey``
+where the platform has one, and are written into every action's tooltip.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Qt, QUrl, Signal, Slot
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
+
+from gambit import __version__
+from gambit.storage.paths import log_dir
+
+if TYPE_CHECKING:
+    from gambit.ui.main_window import MainWindow
+
+# Keys of about_lines() that the About box shows; the rest go to its details.
+ABOUT_KEYS = ("llama-cpp-python", "backend", "gpu offload", "kernels")
+
+
+def standard_keys(key: QKeySequence.StandardKey, fallback: str) -> list[QKeySequence]:
+    """The platform's bindings for ``key``, or ``fallback`` where it has none
+    (``Preferences`` is empty on most Linux desktops)."""
+    keys = QKeySequence.keyBindings(key)
+    return list(keys) if keys else [QKeySequence(fallback)]
+
+
+def set_tip(action: QAction, text: str) -> None:
+    """``text`` as the action's tooltip and status tip, with its shortcut if it has one."""
+    key = action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+    action.setToolTip(f"{text} ({key})" if key else text)
+    action.setStatusTip(text)
+
+
+class _AboutFetcher(QObject):
+    """Runs ``about_lines()`` off the UI thread (it may probe the kernels once)."""
+
+    ready = Signal(list)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="about-lines", daemon=True).start()
+
+    def _run(self) -> None:
+        from gambit.selftest import about_lines
+
+        try:
+            lines = about_lines()
+        except Exception as exc:  # the About box must open whatever fails
+            lines = [f"details: could not be collected ({type(exc).__name__}: {exc})"]
+        self.ready.emit(lines)
+
+
+class MenuBar(QObject):
+    """Builds the menus onto ``window`` and owns the actions that only they have."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self._build_actions()
+        self._build_menus()
+        self._about: _AboutFetcher | None = None
+
+    # ----------------------------------------------------------------- actions
+    def _action(self, text: str, name: str, tip: str, keys: list[QKeySequence]) -> QAction:
+        action = QAction(text, self.window)
+        action.setObjectName(name)
+        action.setShortcuts(keys)
+        set_tip(action, tip)
+        return action
+
+    def _build_actions(self) -> None:
+        w = self.window
+        self.new_chat = self._action(
+            "&New chat", "newChatAction", "Start a new conversation",
+            standard_keys(QKeySequence.StandardKey.New, "Ctrl+N"),
+        )  # fmt: skip
+        self.new_chat.triggered.connect(w._new_conversation)
+        w.new_button.setToolTip(self.new_chat.toolTip())
+        self.quit = self._action(
+            "&Quit", "quitAction", "Close Gambit",
+            standard_keys(QKeySequence.StandardKey.Quit, "Ctrl+Q"),
+        )  # fmt: skip
+        self.quit.setMenuRole(QAction.MenuRole.QuitRole)
+        self.quit.triggered.connect(w.close)
+
+        self.copy = self._action(
+            "&Copy", "copyAction", "Copy the selected text",
+            standard_keys(QKeySequence.StandardKey.Copy, "Ctrl+C"),
+        )  # fmt: skip
+        self.copy.triggered.connect(self._on_copy)
+        self.select_all = self._action(
+            "Select &All", "selectAllAction", "Select all the text",
+            standard_keys(QKeySequence.StandardKey.SelectAll, "Ctrl+A"),
+        )  # fmt: skip
+        self.select_all.triggered.connect(self._on_select_all)
+        self.find = self._action(
+            "&Find…", "findAction", "Search the conversations",
+            standard_keys(QKeySequence.StandardKey.Find, "Ctrl+F"),
+        )  # fmt: skip
+        self.find.triggered.connect(self._on_find)
+
+        self.stats = w.stats.toggleViewAction()
+        self.stats.setObjectName("statisticsAction")
+        self.stats.setText("&Statistics panel")
+        self.stats.setIconText("Statistics")
+        self.stats.setShortcut(QKeySequence("F9"))
+        set_tip(self.stats, "Show or hide the statistics panel")
+        self.sidebar = self._action(
+            "S&idebar", "sidebarAction", "Show or hide the conversation list",
+            [QKeySequence("Ctrl+B")],
+        )  # fmt: skip
+        self.sidebar.setCheckable(True)
+        self.sidebar.setChecked(True)
+        self.sidebar.toggled.connect(self._on_sidebar_toggled)
+
+        w.settings_action.setText("&Settings…")
+        w.settings_action.setShortcuts(
+            standard_keys(QKeySequence.StandardKey.Preferences, "Ctrl+,")
+        )
+        w.settings_action.setMenuRole(QAction.MenuRole.PreferencesRole)
+        set_tip(w.settings_action, "Models, speculation, sampling and chat settings")
+        w.models_action.setText("&Models…")
+        w.models_action.setShortcut(QKeySequence("Ctrl+Shift+M"))
+        set_tip(w.models_action, "Choose the target and draft models, derive or download them")
+        w.speculation_action.setShortcut(QKeySequence("Ctrl+Shift+P"))
+        set_tip(w.speculation_action, "Speculative decoding on/off (takes effect at once)")
+
+        self.about = self._action("&About Gambit", "aboutAction", "Version and backend", [])
+        self.about.setMenuRole(QAction.MenuRole.AboutRole)
+        self.about.triggered.connect(self.show_about)
+        self.open_logs = self._action("Open &log folder", "openLogsAction", f"Open {log_dir()}", [])
+        self.open_logs.triggered.connect(self._on_open_logs)
+
+    def _build_menus(self) -> None:
+        w = self.window
+        bar = w.menuBar()
+        bar.setObjectName("menuBar")
+        menus = {}
+        for title, name in (
+            ("&File", "fileMenu"), ("&Edit", "editMenu"), ("&View", "viewMenu"),
+            ("&Tools", "toolsMenu"), ("&Help", "helpMenu"),
+        ):  # fmt: skip
+            menu = bar.addMenu(title)
+            menu.setObjectName(name)
+            menu.setToolTipsVisible(True)
+            menus[name] = menu
+        menus["fileMenu"].addAction(self.new_chat)
+        menus["fileMenu"].addSeparator()
+        menus["fileMenu"].addAction(self.quit)
+        menus["editMenu"].addActions([self.copy, self.select_all])
+        menus["editMenu"].addSeparator()
+        menus["editMenu"].addAction(self.find)
+        menus["viewMenu"].addActions([self.stats, self.sidebar])
+        tools = menus["toolsMenu"]
+        tools.addAction(w.speculation_action)
+        tools.addSeparator()
+        tools.addActions([w.models_action, w.settings_action])
+        menus["helpMenu"].addActions([self.about, self.open_logs])
+        self.menus = menus
+
+    # ------------------------------------------------------------------- slots
+    def _text_target(self) -> QWidget:
+        """The focused widget if it edits or shows text, else the chat."""
+        focus = QApplication.focusWidget()
+        if focus is not None and self.window.isAncestorOf(focus) and hasattr(focus, "copy"):
+            return focus
+        return self.window.chat
+
+    @Slot()
+    def _on_copy(self) -> None:
+        self._text_target().copy()  # type: ignore[attr-defined]
+
+    @Slot()
+    def _on_select_all(self) -> None:
+        self._text_target().selectAll()  # type: ignore[attr-defined]
+
+    @Slot()
+    def _on_find(self) -> None:
+        self.sidebar.setChecked(True)
+        search = self.window.search
+        search.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        search.selectAll()
+
+    @Slot(bool)
+    def _on_sidebar_toggled(self, shown: bool) -> None:
+        self.window.sidebar.setVisible(shown)
+
+    @Slot()
+    def _on_open_logs(self) -> None:
+        folder = log_dir()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.window.statusBar().showMessage(f"The log folder cannot be made: {exc}", 10000)
+            return
+        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+            self.window.statusBar().showMessage(f"The log folder is {folder}", 10000)
+
+    @Slot()
+    def show_about(self) -> None:
+        """Open the About box once the details are collected (in the background)."""
+        if self._about is not None:
+            return  # already collecting
+        self._about = _AboutFetcher(self)
+        self._about.ready.connect(self._on_about_ready, Qt.ConnectionType.QueuedConnection)
+        self.window.statusBar().showMessage("Collecting version details…", 3000)
+        self._about.start()
+
+    @Slot(list)
+    def _on_about_ready(self, lines: list[str]) -> None:
+        self._about = None
+        shown = [line for line in lines if line.split(":")[0].split(" (")[0] in ABOUT_KEYS]
+        text = (
+            f"<h3>Gambit {__version__}</h3>"
+            "<p>Local chat with speculative decoding that shows its bet.</p>"
+            + "".join(f"<p>{html.escape(line)}</p>" for line in shown)
+        )
+        box = QMessageBox(QMessageBox.Icon.NoIcon, "About Gambit", text, parent=self.window)
+        box.setObjectName("aboutDialog")
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.setDetailedText("\n".join(lines))
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()

@@ -1,0 +1,214 @@
+"""The main window's menu bar on real widgets (offscreen, no model loaded):
+every action is there with its shortcut, and does what it says."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QObject, Qt, QTimer, QUrl, Slot
+from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import QApplication, QDialog, QMenu, QMessageBox, QToolBar, QWidget
+from pytestqt.qtbot import QtBot
+
+from gambit import __version__
+from gambit.storage.conversations import ConversationStore
+from gambit.storage.settings import SettingsStore
+from gambit.ui.main_window import MainWindow
+from gambit.ui.models_dialog import ModelsDialog
+from gambit.ui.settings_dialog import SettingsDialog
+
+MENUS = {
+    "fileMenu": ("File", ["newChatAction", "quitAction"]),
+    "editMenu": ("Edit", ["copyAction", "selectAllAction", "findAction"]),
+    "viewMenu": ("View", ["statisticsAction", "sidebarAction"]),
+    "toolsMenu": ("Tools", ["speculationAction", "modelsAction", "settingsAction"]),
+    "helpMenu": ("Help", ["aboutAction", "openLogsAction"]),
+}
+SHORTCUTS = {
+    "newChatAction": "Ctrl+N",
+    "quitAction": "Ctrl+Q",
+    "findAction": "Ctrl+F",
+    "settingsAction": "Ctrl+,",
+    "copyAction": "Ctrl+C",
+    "selectAllAction": "Ctrl+A",
+}
+
+
+@pytest.fixture
+def window(qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MainWindow]:
+    monkeypatch.setenv("GAMBIT_HOME", str(tmp_path / "home"))  # logs, models, library
+    store = SettingsStore(tmp_path / "settings.json")
+    w = MainWindow(store, ConversationStore(tmp_path / "conversations.sqlite3"))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    w.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is w, timeout=3000)
+    yield w
+    w.close()
+
+
+def _action(window: MainWindow, name: str) -> QAction:
+    action = window.findChild(QAction, name)
+    assert isinstance(action, QAction), f"no action named {name!r}"
+    return action
+
+
+def _menu(window: MainWindow, name: str) -> QMenu:
+    menu = window.menuBar().findChild(QMenu, name)
+    assert isinstance(menu, QMenu), f"no menu named {name!r}"
+    return menu
+
+
+def _on_modal(qtbot: QtBot, seen: list[QWidget], then: Callable[[QWidget], None]) -> None:
+    """Once a modal dialog is up: note it, then ``then(dialog)`` (which must close it)."""
+
+    def check() -> None:
+        dialog = QApplication.activeModalWidget()
+        if dialog is None:
+            QTimer.singleShot(20, check)
+            return
+        seen.append(dialog)
+        then(dialog)
+
+    QTimer.singleShot(0, check)
+
+
+def test_menus_hold_the_conventional_actions_with_their_shortcuts(window: MainWindow) -> None:
+    titles = [a.text().replace("&", "") for a in window.menuBar().actions()]
+    assert titles == [title for title, _ in MENUS.values()]
+    for menu_name, (_, names) in MENUS.items():
+        shown = [a.objectName() for a in _menu(window, menu_name).actions() if not a.isSeparator()]
+        assert shown == names, menu_name
+    for name, key in SHORTCUTS.items():
+        action = _action(window, name)
+        assert QKeySequence(key) in action.shortcuts(), (name, action.shortcuts())
+        native = action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+        assert native and native in action.toolTip(), (name, action.toolTip())
+
+    # The toolbar's actions are the menus' own: one shortcut, one check mark.
+    toolbar = window.findChild(QToolBar, "mainToolbar")
+    assert isinstance(toolbar, QToolBar)
+    tools = _menu(window, "toolsMenu").actions()
+    for action in toolbar.actions():
+        if action.isSeparator():
+            continue
+        assert action in tools or action is _action(window, "statisticsAction")
+        key = action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+        assert key and f"({key})" in action.toolTip(), action.objectName()
+    assert window.settings_action in tools and window.models_action in tools
+
+
+def test_new_chat_shortcut_creates_a_conversation(qtbot: QtBot, window: MainWindow) -> None:
+    before = len(window.store.list(""))
+    first = window.conversation_id
+    window.store.add_message(first or -1, "user", "hello")  # so the new chat is a new row
+    qtbot.keyClick(window.input, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert len(window.store.list("")) == before + 1
+    assert window.conversation_id != first
+    assert window.chat.messages == []
+    _action(window, "newChatAction").trigger()
+    assert len(window.store.list("")) == before + 2
+
+
+def test_find_focuses_the_sidebar_search(qtbot: QtBot, window: MainWindow) -> None:
+    window.search.setText("old query")
+    _action(window, "sidebarAction").setChecked(False)
+    assert not window.sidebar.isVisible()
+    window.input.setFocus()
+    qtbot.keyClick(window.input, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert window.sidebar.isVisible()
+    assert window.search.hasFocus()
+    assert window.search.selectedText() == "old query"  # typing replaces it
+
+
+def test_view_menu_toggles_the_statistics_and_the_sidebar(window: MainWindow) -> None:
+    stats = _action(window, "statisticsAction")
+    sidebar = _action(window, "sidebarAction")
+    assert stats.isChecked() == window.stats.isVisible()
+    was = window.stats.isVisible()
+    stats.trigger()
+    assert window.stats.isVisible() is not was
+    stats.trigger()
+    assert window.stats.isVisible() is was
+    assert sidebar.isChecked() and window.sidebar.isVisible()
+    sidebar.trigger()
+    assert not window.sidebar.isVisible()
+    sidebar.trigger()
+    assert window.sidebar.isVisible()
+
+
+def test_copy_and_select_all_act_on_the_chat(window: MainWindow) -> None:
+    from gambit.ui.chat_view import ChatMessage
+
+    window.chat.set_messages([ChatMessage("user", "copy me please")])
+    window.chat.setFocus()
+    QGuiApplication.clipboard().clear()
+    _action(window, "selectAllAction").trigger()
+    assert "copy me please" in window.chat.textCursor().selectedText()
+    _action(window, "copyAction").trigger()
+    assert "copy me please" in QGuiApplication.clipboard().text()
+
+
+def test_settings_and_models_open_their_dialogs(qtbot: QtBot, window: MainWindow) -> None:
+    seen: list[QWidget] = []
+
+    def close(dialog: QWidget) -> None:
+        assert isinstance(dialog, QDialog)
+        dialog.reject()
+
+    _on_modal(qtbot, seen, close)
+    qtbot.keyClick(window.input, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)
+    assert len(seen) == 1 and isinstance(seen[0], SettingsDialog)
+
+    _on_modal(qtbot, seen, close)
+    _action(window, "modelsAction").trigger()
+    assert len(seen) == 2 and isinstance(seen[1], ModelsDialog)
+    assert window.settings_store.load() == window.settings  # cancelled: nothing saved
+
+
+def test_about_names_version_llama_cpp_backend_and_kernels(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    _action(window, "aboutAction").trigger()
+
+    def box() -> QMessageBox:
+        found = window.findChild(QMessageBox, "aboutDialog")
+        assert isinstance(found, QMessageBox) and found.isVisible()
+        return found
+
+    qtbot.waitUntil(lambda: box() is not None, timeout=30_000)
+    text = box().text()
+    assert f"Gambit {__version__}" in text
+    for key in ("llama-cpp-python:", "backend:", "kernels"):
+        assert key in text, text
+    assert "log folder:" in box().detailedText()
+    box().close()
+
+
+class _UrlCatcher(QObject):
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[QUrl] = []
+
+    @Slot(QUrl)
+    def open(self, url: QUrl) -> None:
+        self.urls.append(url)
+
+
+def test_open_log_folder(window: MainWindow, tmp_path: Path) -> None:
+    catcher = _UrlCatcher()
+    QDesktopServices.setUrlHandler("file", catcher, "open")
+    try:
+        _action(window, "openLogsAction").trigger()
+    finally:
+        QDesktopServices.unsetUrlHandler("file")
+    assert [Path(u.toLocalFile()) for u in catcher.urls] == [tmp_path / "home" / "logs"]
+    assert (tmp_path / "home" / "logs").is_dir()
+
+
+def test_quit_closes_the_window(qtbot: QtBot, window: MainWindow) -> None:
+    qtbot.keyClick(window.input, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=3000)
