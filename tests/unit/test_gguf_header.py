@@ -213,3 +213,32 @@ def test_undecodable_text_is_replaced_not_raised(tmp_path: Path) -> None:
     name = b"general.\xff\xfe"
     bad_kv = struct.pack("<Q", len(name)) + name + struct.pack("<I", STRING) + gguf_str("x")
     check_model_file(write_raw_gguf(tmp_path / "utf8.gguf", (*BASE_KVS, bad_kv)))
+
+
+NOT_GGUF: dict[str, tuple[bytes, str]] = {
+    "readme.gguf": ("# Gambit\n\nLocal chat — fast.\n".encode(), "it holds text (“# Gambit Local"),
+    "page.gguf": (b"<!DOCTYPE html><html><body>404</body></html>", "a web page"),
+    "lfs.gguf": (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab\n", "Git LFS"),
+    "model.zip.gguf": (b"PK\x03\x04" + bytes(60), "zip archive"),
+    "noise.gguf": (bytes(range(200, 256)) * 4, "first bytes are c8 c9 ca cb"),
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_GGUF))
+def test_a_file_named_gguf_is_told_what_it_holds(tmp_path: Path, name: str) -> None:
+    blob, expected = NOT_GGUF[name]
+    path = tmp_path / name
+    path.write_bytes(blob)
+    with pytest.raises(ModelFileError) as info:
+        check_model_file(path)
+    message = str(info.value)
+    assert message.startswith("not a GGUF model file: it is named .gguf, but ")
+    assert expected in message and str(path) in message
+    assert "needs .gguf" not in message and "convert other formats" not in message
+
+
+def test_a_file_of_another_name_is_told_that_llama_cpp_needs_gguf(tmp_path: Path) -> None:
+    path = tmp_path / "README.md"
+    path.write_text("# Gambit\n")
+    with pytest.raises(ModelFileError, match=r"not a GGUF model file \(llama.cpp needs .gguf"):
+        check_model_file(path)

@@ -346,14 +346,12 @@ def check_model_file(path: str | os.PathLike[str]) -> GGUFHeader:
         raise EmptyModelFileError(name, "the model file is empty (0 bytes)")
     try:
         with p.open("rb") as f:
-            head = f.read(4)
+            head = f.read(_SNIFF_BYTES)
     except OSError as exc:
         reason = "permission denied" if isinstance(exc, PermissionError) else exc.strerror
         raise NotAFileError(name, f"the model file cannot be read ({reason})") from exc
-    if head != GGUF_MAGIC:
-        raise NotGGUFError(
-            name, "not a GGUF model file (llama.cpp needs .gguf; convert other formats first)"
-        )
+    if head[:4] != GGUF_MAGIC:
+        raise NotGGUFError(name, _not_gguf(p, head))
     try:
         header = read_header(p)
     except (ValueError, KeyError, OverflowError, struct.error) as exc:  # what read_header missed
@@ -366,3 +364,43 @@ def check_model_file(path: str | os.PathLike[str]) -> GGUFHeader:
             f"({end - size:,} missing; was the download interrupted?)",
         )
     return header
+
+
+_SNIFF_BYTES = 512  # enough to tell text, a web page or an archive from a model
+
+
+def _not_gguf(path: Path, head: bytes) -> str:
+    """Why a file without the GGUF signature is not a model, from what it holds.
+
+    A file already named .gguf is not told to be converted to .gguf: it is
+    told what its content looks like instead."""
+    if path.suffix.lower() != ".gguf":
+        return "not a GGUF model file (llama.cpp needs .gguf; convert other formats first)"
+    return f"not a GGUF model file: it is named .gguf, but {_content(head)}"
+
+
+def _content(head: bytes) -> str:
+    if head.startswith(b"PK\x03\x04"):
+        return "it is a zip archive (a PyTorch checkpoint?); convert the model to GGUF first"
+    if head.startswith(b"version https://git-lfs"):
+        return "it is a Git LFS pointer, not the weights: fetch the real file (git lfs pull)"
+    text = _as_text(head)
+    if text and all(c.isprintable() or c in "\t\r\n" for c in text):
+        if text.lstrip().lower().startswith(("<!doctype html", "<html")):
+            return "it holds a web page, not a model (a download saved the page instead)"
+        first = " ".join(text.split())[:40]
+        return f"it holds text (“{first}…”), not a model"
+    return (
+        f"it does not start with the GGUF signature (its first bytes are {head[:4].hex(' ')}):"
+        " the file is damaged, or another format renamed"
+    )
+
+
+def _as_text(head: bytes) -> str:
+    """``head`` as UTF-8 text (it may end inside a character); "" if it is not text."""
+    for cut in range(4):
+        try:
+            return head[: len(head) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return ""
