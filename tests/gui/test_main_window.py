@@ -275,3 +275,55 @@ def test_a_stored_thread_count_that_would_crash_is_reset_and_said(
     box.close()
     qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     w.close()
+
+
+def test_settings_naming_no_model_are_refused_and_the_model_stays_loaded(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QDialogButtonBox, QLabel, QLineEdit
+
+    from gambit.ui.settings_dialog import SettingsDialog
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# Gambit\n\nA desktop chat app.\n")
+    text_gguf = tmp_path / "x.gguf"
+    text_gguf.write_text("not a model\n")
+    loaded = window.engine_info
+    saved = window.settings_store.path.read_bytes()
+    seen: list[str] = []
+
+    def in_dialog() -> None:
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, SettingsDialog):
+            QTimer.singleShot(20, in_dialog)
+            return
+        edit = dialog.findChild(QLineEdit, "targetModelEdit")
+        reason = dialog.findChild(QLabel, "targetModelError")
+        assert isinstance(edit, QLineEdit) and isinstance(reason, QLabel)
+        for bad in (readme, text_gguf):
+            edit.setText(str(bad))
+            dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+            assert dialog.isVisible() and reason.isVisible()  # refused, still open
+            seen.append(reason.text())
+        assert window.engine_info is loaded  # nothing unloaded while the dialog is open
+        dialog.reject()
+
+    QTimer.singleShot(0, in_dialog)
+    window.settings_action.trigger()  # the dialog runs its own event loop until rejected
+    assert seen[0].startswith("Target model: not a GGUF model file (llama.cpp needs .gguf")
+    assert seen[1].startswith("Target model: not a GGUF model file: it is named .gguf, but")
+    assert "needs .gguf" not in seen[1]
+
+    # The same refusal where settings come from elsewhere (the Models dialog).
+    assert not window.apply_settings(window.settings.with_(target_model=str(text_gguf)))
+    box = window.findChild(QMessageBox, "errorDialog")
+    assert box is not None and "it is named .gguf, but it holds text" in box.text()
+    box.close()
+
+    qtbot.wait(200)  # a reload, had one started, would have reset engine_info by now
+    assert window.engine_info is loaded
+    assert window.model_label.text() != "Loading…"
+    assert window.settings_store.path.read_bytes() == saved  # nothing saved
+    assert window.settings.target_model != str(text_gguf)
+    assert window.send_button.isEnabled()  # the loaded model is still there to answer

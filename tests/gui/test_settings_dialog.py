@@ -36,6 +36,7 @@ from gambit.ui.settings_dialog import (
     TREE_NEEDS_DRAFTER,
     SettingsDialog,
 )
+from gguf_fixtures import write_raw_gguf
 
 MakeDialog = Callable[..., SettingsDialog]
 
@@ -53,10 +54,9 @@ def make_dialog(qtbot: QtBot) -> MakeDialog:
 
 
 def _model_file(folder: Path, name: str) -> Path:
-    """A file that passes ``Settings.validate()``, which checks that the path is a file."""
-    path = folder / name
-    path.write_bytes(b"GGUF" + b"\0" * 60)
-    return path
+    """A small, complete GGUF file: it passes ``Settings.validate()`` and the header
+    check the dialog runs before it accepts."""
+    return write_raw_gguf(folder / name)
 
 
 def _non_default(tmp_path: Path) -> Settings:
@@ -589,3 +589,52 @@ def test_threads_cannot_be_set_out_of_range(make_dialog: MakeDialog) -> None:
     threads.setValue(-3)
     assert dialog.settings().threads == 0
     assert dialog.settings().validate() == []
+
+
+NOT_A_MODEL = {
+    "README.md": "not a GGUF model file (llama.cpp needs .gguf",
+    "x.gguf": "not a GGUF model file: it is named .gguf, but it holds text",
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_A_MODEL))
+def test_a_target_that_is_not_a_model_is_refused_next_to_the_field(
+    make_dialog: MakeDialog, qtbot: QtBot, tmp_path: Path, name: str
+) -> None:
+    bad = tmp_path / name
+    bad.write_text("# Gambit\n\nA desktop chat app.\n")
+    dialog = make_dialog()
+    dialog.tabs.setCurrentIndex(2)
+    _edit(dialog, "targetModelEdit").setText(str(bad))
+    _click_ok(qtbot, dialog)
+
+    assert dialog.isVisible() and dialog.result() != QDialog.DialogCode.Accepted
+    reason = _label(dialog, "targetModelError")
+    assert reason.isVisible()  # next to the field, whose tab came forward
+    assert dialog.tabs.tabText(dialog.tabs.currentIndex()) == "Models"
+    assert reason.text().startswith("Target model: " + NOT_A_MODEL[name])
+    assert str(bad) in reason.text()
+    if name.endswith(".gguf"):
+        assert "needs .gguf" not in reason.text()
+    assert dialog.errors() == [reason.text()]
+    assert not _label(dialog, "draftModelError").isVisible()
+
+    # A real model clears the reason and the dialog accepts.
+    _edit(dialog, "targetModelEdit").setText(str(_model_file(tmp_path, "good.gguf")))
+    _click_ok(qtbot, dialog)
+    assert dialog.result() == QDialog.DialogCode.Accepted
+    assert not reason.isVisible()
+
+
+def test_a_draft_that_is_not_a_model_is_refused_next_to_its_field(
+    make_dialog: MakeDialog, qtbot: QtBot, tmp_path: Path
+) -> None:
+    bad = tmp_path / "draft.gguf"
+    bad.write_bytes(bytes(range(256)))
+    dialog = make_dialog(Settings(drafter="draft", draft_model=str(bad)))
+    _click_ok(qtbot, dialog)
+    assert dialog.isVisible() and dialog.result() != QDialog.DialogCode.Accepted
+    reason = _label(dialog, "draftModelError")
+    assert reason.isVisible()
+    assert reason.text().startswith("Draft model: not a GGUF model file: it is named .gguf")
+    assert not _label(dialog, "targetModelError").isVisible()

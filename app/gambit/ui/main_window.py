@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 from gambit.engine.decoder import GenerationConfig
 from gambit.errors import GambitError
 from gambit.models.library import ModelLibrary
+from gambit.models.settings_check import model_file_problems
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history import prompt_messages
 from gambit.storage.settings import Settings, SettingsStore
@@ -47,6 +48,8 @@ _ENGINE_FIELDS = (
     "tree_drafts", "tree_nodes", "threads", "gpu_layers_target", "gpu_layers_draft",
     "context_size", "exact_kernels",
 )  # fmt: skip
+
+_MODEL_FIELDS = ("target_model", "drafter", "draft_model")
 
 # The streaming reply is written to the history this often (and at every stop),
 # so that a crash or a kill loses at most this much of it.
@@ -530,8 +533,15 @@ class MainWindow(QMainWindow):
             return
         self.apply_settings(dialog.chosen_settings())
 
-    def apply_settings(self, new: Settings) -> None:
+    def apply_settings(self, new: Settings) -> bool:
+        """Save and use ``new``; False (and nothing saved or unloaded) if a model
+        file it names cannot be loaded."""
         old = self.settings
+        if any(getattr(old, f) != getattr(new, f) for f in _MODEL_FIELDS):
+            problems = model_file_problems(new)
+            if problems:
+                self._show_error("The settings were not applied", "\n".join(problems.values()))
+                return False
         self.settings = new
         self.settings_store.save(new)
         self.speculation_action.setChecked(new.speculation)
@@ -540,6 +550,7 @@ class MainWindow(QMainWindow):
         if any(getattr(old, f) != getattr(new, f) for f in _ENGINE_FIELDS) and not self.generating:
             self.load_engine()
         self._update_speculation_label()
+        return True
 
     # ---------------------------------------------------------------- helpers
     def _update_buttons(self) -> None:

@@ -38,6 +38,7 @@ from gambit.engine.limits import THREADS_MAX
 from gambit.engine.session import TREE_DRAFTERS, TREE_NODES_MAX, TREE_NODES_MIN, DrafterKind
 from gambit.models.default_model import DEFAULT_MODEL_FILE, DEFAULT_MODEL_NAME, bundled_model_path
 from gambit.models.mtp import MtpAvailability, mtp_availability, without_heads
+from gambit.models.settings_check import model_file_problems
 from gambit.storage.paths import models_dir
 from gambit.storage.settings import (
     CONTEXT_MAX,
@@ -89,6 +90,16 @@ def _with_help(field: QWidget | QHBoxLayout | QVBoxLayout, help_text: str) -> QW
     column.addWidget(help_label)
     column.addStretch(1)  # spare height goes below the help, not between the two
     return box
+
+
+def _with_error(row: QHBoxLayout, error: QLabel) -> QVBoxLayout:
+    """A file row with its error line (hidden until there is one) under it."""
+    column = QVBoxLayout()
+    column.setContentsMargins(0, 0, 0, 0)
+    column.setSpacing(2)
+    column.addLayout(row)
+    column.addWidget(error)
+    return column
 
 
 def _group(title: str, form: QFormLayout) -> QGroupBox:
@@ -233,6 +244,19 @@ class SettingsDialog(QDialog):
 
     # -- pages ---------------------------------------------------------------------------
 
+    def _field_error(self, name: str) -> QLabel:
+        """A red, wrapped line under a field, for the reason its value is refused."""
+        label = QLabel()
+        label.setObjectName(name)
+        label.setWordWrap(True)
+        label.setTextFormat(Qt.TextFormat.PlainText)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        palette = label.palette()
+        palette.setColor(QPalette.ColorRole.WindowText, theme.pick(theme.BAD, palette))
+        label.setPalette(palette)
+        label.hide()
+        return label
+
     def _file_row(
         self, edit: QLineEdit, button_name: str, caption: str
     ) -> tuple[QHBoxLayout, QPushButton]:
@@ -311,12 +335,20 @@ class SettingsDialog(QDialog):
             self.draft_model_edit, "draftModelBrowse", "Choose the draft model"
         )
 
+        self.field_errors = {
+            name: self._field_error(f"{key}Error")
+            for name, key in (("target_model", "targetModel"), ("draft_model", "draftModel"))
+        }
         models = theme.form_layout()
-        models.addRow(_label("target_model"), target_row)
+        models.addRow(
+            _label("target_model"), _with_error(target_row, self.field_errors["target_model"])
+        )
         drafter_label = QLabel(_label("drafter"))
         drafter_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
         models.addRow(drafter_label, drafters)
-        models.addRow(_label("draft_model"), draft_row)
+        models.addRow(
+            _label("draft_model"), _with_error(draft_row, self.field_errors["draft_model"])
+        )
 
         self.context_size_spin = _PowerOfTwoSpin()
         self.context_size_spin.setObjectName("contextSizeSpin")
@@ -615,8 +647,11 @@ class SettingsDialog(QDialog):
     # -- behaviour ------------------------------------------------------------------------
 
     def accept(self) -> None:
-        """Close with Accepted only if the edited settings are valid; else list the problems."""
-        problems = self.settings().validate()
+        """Close with Accepted only if the edited settings are valid and their model
+        files are GGUF models that can be loaded; else list the problems."""
+        settings = self.settings()
+        problems = settings.validate()
+        problems += model_file_problems(settings, missing=False).values()
         if problems:
             self._show_errors(problems)
             return
@@ -625,6 +660,10 @@ class SettingsDialog(QDialog):
 
     def _show_errors(self, problems: list[str]) -> None:
         self._errors = list(problems)
+        for name, label in self.field_errors.items():  # each file's reason next to its field
+            mine = [p for p in problems if p.startswith(LABELS[name])]
+            label.setText("\n".join(mine))
+            label.setVisible(bool(mine))
         if not problems:
             self.error_label.clear()
             self.error_label.hide()
