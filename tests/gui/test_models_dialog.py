@@ -425,3 +425,34 @@ def test_a_damaged_library_index_is_said_and_the_dialog_works(qtbot: QtBot, tmp_
     [aside] = index.parent.glob("library.json.corrupt-*")
     assert "library index" in problems.text() and aside.name in problems.text()
     assert dialog.table.rowCount() == 0
+
+
+def test_first_open_lists_what_is_already_in_the_models_folder(
+    qtbot: QtBot, make_dialog: MakeDialog, library: ModelLibrary, smol_q4_1: Path
+) -> None:
+    # The default model lands in the models folder before any scan ever ran.
+    library.models_dir.mkdir(parents=True)
+    default = library.models_dir / smol_q4_1.name
+    try:
+        os.link(smol_q4_1, default)
+    except OSError:
+        shutil.copyfile(smol_q4_1, default)
+    assert library.entries() == [] and library.unlisted() == [default]
+
+    dialog = make_dialog()  # no Rescan clicked
+    _wait_idle(qtbot, dialog)
+    assert dialog.table.rowCount() == 1
+    assert _text(dialog, _row(dialog, default), COL_QUANT) == "Q4_1"
+    assert not _label(dialog, "emptyLabel").isVisible()
+    assert library.unlisted() == []
+    assert not dialog.error_label.isVisible()
+
+    again = make_dialog()  # listed now: no scan at opening
+    assert not again.busy and again.table.rowCount() == 1
+
+
+def test_an_empty_models_folder_says_so_without_scanning(make_dialog: MakeDialog) -> None:
+    dialog = make_dialog()
+    assert not dialog.busy
+    empty = _label(dialog, "emptyLabel")
+    assert empty.isVisible() and empty.text().startswith("No models yet")

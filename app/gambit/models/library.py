@@ -104,6 +104,20 @@ class ModelLibrary:
         self._data = self._load()
         return [ScanProblem(Path(p["path"]), p["message"]) for p in self._data["problems"]]
 
+    def unlisted(self) -> list[Path]:
+        """``.gguf`` files in the models folder and the added folders that the index
+        neither lists nor reports as a problem (put there by hand, or fetched as the
+        default model): a ``rescan()`` would take them in."""
+        self._data = self._load()
+        data = self._data
+        known = {*data["entries"], *data["hidden"], *(p["path"] for p in data["problems"])}
+        out: list[Path] = []
+        for folder in [self.models_dir, *map(Path, data["folders"])]:
+            out += [
+                p for p in _gguf_files(folder) if _key(p) not in known and self._find(p) is None
+            ]
+        return out
+
     def folders(self) -> list[Path]:
         self._data = self._load()
         return [Path(f) for f in self._data["folders"]]

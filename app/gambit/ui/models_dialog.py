@@ -98,6 +98,12 @@ from gambit.ui.theme import Tone
 
 log = logging.getLogger(__name__)
 
+EMPTY_TEXT = (
+    "No models yet. Import a .gguf file or add a folder that holds some; "
+    "the Catalog tab lists known-good pairs to download."
+)
+LOOKING_TEXT = "Looking for models in the models folder…"
+
 # Quantizations offered for a derived draft, most faithful first.
 DERIVE_TYPES: Final = ("Q4_0", "Q4_1", "Q4_K_M", "Q3_K_M", "Q2_K")
 COLUMNS: Final = (
@@ -348,6 +354,9 @@ class ModelsDialog(QDialog):
         self._build()
         self._load_catalog()
         self.reload()
+        if self._unlisted():  # e.g. the default model, fetched before any scan
+            self.rescan()
+            self.empty_label.setText(LOOKING_TEXT)
 
     # ================================================================== public API
 
@@ -379,6 +388,7 @@ class ModelsDialog(QDialog):
             lines += [f"{n} file{'s' if n != 1 else ''} could not be used:"]
             lines += [f"•  {p.message}" for p in problems]
         _show_message(self.problems_label, "\n".join(lines), "warn")
+        self.empty_label.setText(LOOKING_TEXT if self.busy else EMPTY_TEXT)
         self.empty_label.setVisible(not self._entries)
         self.table.setVisible(bool(self._entries))
         kept = keep is not None and self.select_model(keep)
@@ -387,6 +397,13 @@ class ModelsDialog(QDialog):
         self._show_details()
         self._fill_catalog_status()
         self._update_choice()
+
+    def _unlisted(self) -> list[Path]:
+        try:
+            return self.library.unlisted()
+        except (GambitError, OSError) as exc:
+            log.warning("could not list the models folder: %s", exc)
+            return []
 
     def selected_entry(self) -> LibraryEntry | None:
         path = self.selected_path()
@@ -772,10 +789,7 @@ class ModelsDialog(QDialog):
         self.table.sortByColumn(COL_NAME, Qt.SortOrder.AscendingOrder)
         self.table.currentCellChanged.connect(self._on_current_changed)
 
-        self.empty_label = theme.muted_label(
-            "No models yet. Import a .gguf file or add a folder that holds some; "
-            "the Catalog tab lists known-good pairs to download."
-        )
+        self.empty_label = theme.muted_label(EMPTY_TEXT)
         self.empty_label.setObjectName("emptyLabel")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setMinimumHeight(120)
