@@ -638,3 +638,19 @@ def test_a_draft_that_is_not_a_model_is_refused_next_to_its_field(
     assert reason.isVisible()
     assert reason.text().startswith("Draft model: not a GGUF model file: it is named .gguf")
     assert not _label(dialog, "targetModelError").isVisible()
+
+
+def test_help_texts_are_never_cut_when_the_dialog_is_short(
+    make_dialog: MakeDialog, qtbot: QtBot
+) -> None:
+    dialog = make_dialog()
+    dialog.resize(dialog.minimumWidth(), 420)  # far shorter than the Models tab
+    for index in range(dialog.tabs.count()):
+        dialog.tabs.setCurrentIndex(index)
+        qtbot.wait(20)
+        page = dialog.tabs.currentWidget()
+        assert page is not None
+        for label in page.findChildren(QLabel):
+            if label.isVisible() and label.wordWrap() and label.text():
+                needed = label.heightForWidth(label.width())
+                assert label.height() >= needed, (label.objectName(), label.text())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Slot
+from PySide6.QtCore import QSize, Qt, QTimer, Slot
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractButton,
@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -28,6 +29,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QRadioButton,
+    QScrollArea,
     QSpinBox,
     QTabWidget,
     QVBoxLayout,
@@ -179,6 +181,25 @@ class _PowerOfTwoSpin(QSpinBox):
         self.setValue(max(self.minimum(), min(self.maximum(), value)))
 
 
+class _PageScroll(QScrollArea):
+    """A tab page that scrolls when the dialog is too short for it, instead of
+    squeezing its wrapped help texts (which would cut them mid-sentence)."""
+
+    def __init__(self, page: QWidget) -> None:
+        super().__init__()
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWidget(page)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        """The whole page (QScrollArea's own hint caps it at a few dozen lines)."""
+        page = self.widget()
+        hint = page.sizeHint() if page is not None else super().sizeHint()
+        bar = self.verticalScrollBar().sizeHint().width()
+        return QSize(hint.width() + bar, hint.height())
+
+
 def _label(name: str) -> str:
     """The form label of a setting: the same name its validation messages use."""
     return LABELS[name] + ":"
@@ -202,10 +223,10 @@ class SettingsDialog(QDialog):
         self.tabs = QTabWidget()
         self.tabs.setObjectName("settingsTabs")
         self.tabs.setDocumentMode(False)
-        self.tabs.addTab(self._models_page(), "Models")
-        self.tabs.addTab(self._speculation_page(), "Speculation")
-        self.tabs.addTab(self._sampling_page(), "Sampling")
-        self.tabs.addTab(self._chat_page(), "Chat")
+        self.tabs.addTab(_PageScroll(self._models_page()), "Models")
+        self.tabs.addTab(_PageScroll(self._speculation_page()), "Speculation")
+        self.tabs.addTab(_PageScroll(self._sampling_page()), "Sampling")
+        self.tabs.addTab(self._chat_page(), "Chat")  # its text box grows and scrolls itself
 
         self.error_label = QLabel()
         self.error_label.setObjectName("errorLabel")
