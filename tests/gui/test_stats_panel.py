@@ -410,3 +410,19 @@ def test_screenshot(qtbot: QtBot, panel: StatsPanel, tmp_path: Path) -> None:
     assert not image.isNull()
     assert image.width() >= 300 and image.height() >= 500
     assert panel.width() >= 300 and panel.height() >= 500
+
+
+def test_time_axes_are_in_seconds(qtbot: QtBot, panel: StatsPanel) -> None:
+    def time_axis(chart: str) -> QValueAxis:
+        view = panel.findChild(QChartView, chart)
+        assert view is not None
+        (axis,) = view.chart().axes(Qt.Orientation.Horizontal)
+        assert isinstance(axis, QValueAxis)
+        return axis
+
+    for chart in ("tokensPerSecondChart", "gammaChart"):
+        assert time_axis(chart).labelFormat().endswith(" s")  # before any reply too
+    show(qtbot, panel, snap(elapsed_s=1.0, gamma=4))
+    show(qtbot, panel, snap(elapsed_s=7.5, gamma=4))
+    for chart in ("tokensPerSecondChart", "gammaChart"):
+        assert time_axis(chart).labelFormat().endswith(" s")

@@ -6,7 +6,7 @@ import logging
 import time
 from typing import Any, TypeVar
 
-from PySide6.QtCore import QObject, QPoint, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QObject, QPoint, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -21,6 +21,8 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSplitter,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QToolBar,
     QVBoxLayout,
     QWidget,
@@ -68,6 +70,15 @@ class InputEdit(QPlainTextEdit):
             self.submitted.emit()
             return
         super().keyPressEvent(event)
+
+
+class _ElidingDelegate(QStyledItemDelegate):
+    """Items as wide as the list, not as their text: a list view lays items out at
+    their natural width, so a long title would scroll sideways instead of eliding."""
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: Any) -> QSize:  # noqa: N802
+        hint = super().sizeHint(option, index)
+        return QSize(1, hint.height())
 
 
 class LatencyProbe:
@@ -145,6 +156,11 @@ class MainWindow(QMainWindow):
         self.search.setClearButtonEnabled(True)
         self.list = _named(QListWidget(), "conversationList")
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        # Long titles end in "…" (the tooltip has them whole), never a sideways scroll.
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setWordWrap(False)
+        self.list.setItemDelegate(_ElidingDelegate(self.list))
         side.addWidget(self.new_button)
         side.addWidget(self.search)
         side.addWidget(self.list, 1)
@@ -434,7 +450,7 @@ class MainWindow(QMainWindow):
         for conv in self.store.list(self.search.text()):
             item = QListWidgetItem(conv.title)
             item.setData(Qt.ItemDataRole.UserRole, conv.id)
-            item.setToolTip(conv.preview or conv.title)
+            item.setToolTip(f"{conv.title}\n{conv.preview}" if conv.preview else conv.title)
             self.list.addItem(item)
             if keep_selection and conv.id == current:
                 self.list.setCurrentItem(item)

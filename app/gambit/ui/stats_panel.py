@@ -240,10 +240,13 @@ def _steps(samples: deque[_Sample]) -> list[QPointF]:
     return points
 
 
-def _set_range(axis: QValueAxis, low: float, high: float, step: float) -> None:
+TIME_UNIT = " s"  # on the time axes' labels: seconds since the reply started
+
+
+def _set_range(axis: QValueAxis, low: float, high: float, step: float, unit: str = "") -> None:
     axis.setRange(low, high)
     axis.setTickInterval(step)
-    axis.setLabelFormat(f"%.{_decimals(step)}f")
+    axis.setLabelFormat(f"%.{_decimals(step)}f{unit}")
 
 
 # -- the panel --------------------------------------------------------------------------
@@ -402,7 +405,7 @@ class StatsPanel(QDockWidget):
         x1 = max(x1, x0 + 1.0)
         step = nice_step((x1 - x0) / 4)
         for axis in (self._tps_x, self._gamma_x):
-            _set_range(axis, x0, x1, step)
+            _set_range(axis, x0, x1, step, TIME_UNIT)
 
         top = max(max(max(s.tokens_per_s, s.baseline) for s in samples), 1.0) * 1.1
         step = nice_step(top / 4)
@@ -440,7 +443,7 @@ class StatsPanel(QDockWidget):
 
     def _reset_axes(self) -> None:
         for axis in (self._tps_x, self._gamma_x):
-            _set_range(axis, 0.0, 10.0, 2.5)
+            _set_range(axis, 0.0, 10.0, 2.5, TIME_UNIT)
         _set_range(self._tps_y, 0.0, 40.0, 10.0)
         self._gamma_y.setRange(-0.25, 4.25)
         self._gamma_y.setTickInterval(1.0)
