@@ -237,3 +237,20 @@ def test_bench_bad_prompts_file(tmp_path: Path, smol_q8_0: Path) -> None:
     assert f"{bad}:2:" in proc.stderr  # names the file and the line
     assert "JSON" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_models_inspect_default(tmp_path: Path, smol_q4_1: Path) -> None:
+    from gambit.models.default_model import DEFAULT_MODEL_FILE
+
+    models = tmp_path / "data" / "models"
+    models.mkdir(parents=True)
+    try:
+        os.link(smol_q4_1, models / DEFAULT_MODEL_FILE)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(smol_q4_1, models / DEFAULT_MODEL_FILE)
+    proc = gambit("models", "inspect", "default", "--json", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert Path(info["path"]) == models / DEFAULT_MODEL_FILE

@@ -15,7 +15,7 @@ from typing import Any
 from gambit.engine.limits import positive_int_arg, threads_arg
 from gambit.engine.runtime import RuntimeOptions
 from gambit.models.catalog import download, find_pair, load_catalog
-from gambit.models.default_model import Progress
+from gambit.models.default_model import Progress, default_model_path
 from gambit.models.derive import FTYPES, DeriveCancelledError, derive_draft, measure_acceptance
 from gambit.models.info import ModelInfo, inspect_model
 from gambit.models.layerskip import (
@@ -44,7 +44,7 @@ def add_models_parser(sub: Any) -> None:
     )
 
     p = msub.add_parser("inspect", help="a model file's metadata and memory estimate")
-    p.add_argument("path", type=Path)
+    p.add_argument("path", type=Path, help=f"a .gguf file, or {DEFAULT_NAME!r}: the embedded model")
     p.add_argument("--ctx", type=int, default=4096, help="context for the memory estimate")
     p.add_argument("--json", action="store_true", help="print the metadata as JSON")
 
@@ -232,8 +232,19 @@ def _info_lines(info: ModelInfo, n_ctx: int) -> list[tuple[str, str]]:
     ]
 
 
+DEFAULT_NAME = "default"  # ``models inspect default``: the embedded default model
+
+
+def _model_arg(path: Path) -> Path:
+    """``path``, or the embedded default model's file for ``default`` (when no
+    file of that name is here), fetched into the models folder if need be."""
+    if str(path) == DEFAULT_NAME and not path.exists():
+        return default_model_path(progress=_progress("fetching the default model"))
+    return path
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
-    info = inspect_model(args.path)
+    info = inspect_model(_model_arg(args.path))
     if args.json:
         data = info.to_json()
         est = estimate_memory(info, args.ctx)
