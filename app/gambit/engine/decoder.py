@@ -94,6 +94,15 @@ class GammaPolicy(Protocol):
 
     def next_gamma(self) -> int: ...
 
+    def start_reply(self, n_context: int, draft_ready: bool) -> None:
+        """A generation starts on ``n_context`` prompt tokens; ``draft_ready``:
+        the drafter has caught up on them during prompt processing."""
+        ...
+
+    def drafts_soon(self) -> bool:
+        """Whether the first rounds will draft (worth preparing the drafter for)."""
+        ...
+
     def next_side_nodes(self) -> int:
         """Side nodes for this round's tree (0: a chain); read after ``next_gamma``."""
         ...
@@ -108,6 +117,12 @@ class FixedGamma:
 
     def next_gamma(self) -> int:
         return self.gamma
+
+    def start_reply(self, n_context: int, draft_ready: bool) -> None:
+        pass
+
+    def drafts_soon(self) -> bool:
+        return self.gamma > 0
 
     def next_side_nodes(self) -> int:
         return self.side
@@ -257,6 +272,13 @@ class SpeculativeDecoder:
         )
         target.truncate(keep)
         target.decode(prompt[keep:-1])
+        # Prompt processing includes the drafter's, when it is about to draft:
+        # a draft model reads the prompt here, not inside the first round.
+        ready = self.drafter is not None and self.speculation_enabled and self.policy.drafts_soon()
+        if ready:
+            assert self.drafter is not None
+            self.drafter.prepare(prompt)
+        self.policy.start_reply(len(prompt), ready)
         self.last_prefill_s = time.perf_counter() - t_start
         context = list(prompt)
         self.context = context

@@ -1,7 +1,9 @@
 """What a generation measured, from its ``Round`` events. Definitions users can check:
 
 - tokens_per_s: reply tokens / generation time, where generation time is the
-  wall time from the end of prompt processing to the last token.
+  wall time from the end of prompt processing to the last token. Prompt
+  processing is the target's and, when the first rounds draft, the drafter's
+  (a draft model reads the prompt then): both count in ttft_ms.
 - ttft_ms: time to first token, from the request to the first visible token
   (prompt processing included).
 - inter-token latency: for each reply token after the first, the time since
@@ -45,6 +47,9 @@ class GenerationStats:
     n_side: int = 0  # tree side nodes verified
     side_gain: int = 0  # draft tokens accepted thanks to side nodes
     gaps_s: list[float] = field(default_factory=list)
+    # Per draft position i (index i - 1): rounds that tried it, and accepted it.
+    tried_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
     _last_emit: float | None = None
 
     def add(self, rnd: Round) -> None:
@@ -57,6 +62,12 @@ class GenerationStats:
         self.n_side += rnd.n_side
         self.side_gain += rnd.side_gain if rnd.n_side else 0
         self.elapsed_s = rnd.elapsed_s
+        for i, accepted in enumerate(rnd.outcomes):
+            if i == len(self.tried_by_position):
+                self.tried_by_position.append(0)
+                self.accepted_by_position.append(0)
+            self.tried_by_position[i] += 1
+            self.accepted_by_position[i] += accepted
         k = len(rnd.tokens)
         if k == 0:
             return
@@ -78,6 +89,20 @@ class GenerationStats:
         ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.gaps_s.extend(other.gaps_s)
+        for mine, theirs in (
+            (self.tried_by_position, other.tried_by_position),
+            (self.accepted_by_position, other.accepted_by_position),
+        ):
+            mine.extend([0] * (len(theirs) - len(mine)))
+            for i, n in enumerate(theirs):
+                mine[i] += n
+
+    @property
+    def acceptance_by_position(self) -> tuple[float, ...]:
+        """α_i measured: accepted / tried at draft position i, i = 1.."""
+        return tuple(
+            a / t for a, t in zip(self.accepted_by_position, self.tried_by_position, strict=True)
+        )
 
     @property
     def generation_s(self) -> float:
@@ -151,19 +176,11 @@ class MetricsTracker:
     def __init__(self) -> None:
         self.stats = GenerationStats()
         self._window: deque[tuple[int, int, int, float]] = deque(maxlen=self.WINDOW + 1)
-        self._tried: list[int] = []
-        self._accepted: list[int] = []
 
     def add(self, rnd: Round) -> None:
         self.stats.add(rnd)
         if rnd.tokens:
             self._window.append((len(rnd.tokens), rnd.n_drafted, rnd.n_accepted, rnd.elapsed_s))
-        for i, ok in enumerate(rnd.outcomes):
-            if i >= len(self._tried):
-                self._tried.append(0)
-                self._accepted.append(0)
-            self._tried[i] += 1
-            self._accepted[i] += ok
 
     def snapshot(
         self,
@@ -198,9 +215,7 @@ class MetricsTracker:
             acceptance_rate=s.acceptance_rate,
             acceptance_rate_rolling=rolling_acc,
             mean_accepted=s.mean_accepted,
-            acceptance_by_position=tuple(
-                a / t for a, t in zip(self._accepted, self._tried, strict=True)
-            ),
+            acceptance_by_position=s.acceptance_by_position,
             gamma=gamma,
             gamma_reason=gamma_reason,
             tokens_per_s=rolling_tps,

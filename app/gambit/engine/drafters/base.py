@@ -45,6 +45,11 @@ class Drafter(Protocol):
         """
         ...
 
+    def prepare(self, context: list[int]) -> None:
+        """Catch up on ``context`` now, during prompt processing, so that the
+        first round drafts at once (a draft model decodes the prompt here)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -237,6 +237,10 @@ class DraftModelDrafter:
             alts.append((drawn, dist.prob(drawn), remaining))
         return dist.prob(tok), alts
 
+    def prepare(self, context: list[int]) -> None:
+        if context:
+            self.runtime.sync(self._view(context))
+
     def _view(self, context: list[int]) -> list[int]:
         """The part of the context the draft's cache should hold."""
         rt = self.runtime
