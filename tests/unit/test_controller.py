@@ -89,22 +89,29 @@ def test_gamma_grows_with_acceptance() -> None:
 
 
 def test_probes_while_off_and_recovers_when_text_turns_predictable() -> None:
-    ctrl = with_alpha(GammaController(costs(slope=0.1, t_draft=0.001)), 0.1)
+    cheap = costs(slope=0.1, t_draft=0.001)
+    cheap.catch_up_ratio = 0.001  # catching the drafter up is nearly free (a GPU)
+    ctrl = with_alpha(GammaController(cheap), 0.1)
     ctrl.observe(plain_round(0.010))
     assert not ctrl.on
-    # Plain rounds until a probe is due; failed probes double the interval.
+    # Plain rounds until a probe is due; failing probes cost at most the budget.
     intervals = []
     tokens = 0
-    for _ in range(400):
+    wasted = 0.0
+    for _ in range(2000):
         gamma = ctrl.next_gamma()
         if gamma:
             intervals.append(tokens)
             tokens = 0
-            ctrl.observe(spec_round(gamma, 0, 0.001 * gamma, 0.012))  # probe fails
+            t_verify = 0.010 * (1 + 0.1 * gamma)
+            ctrl.observe(spec_round(gamma, 0, 0.001 * gamma, t_verify))  # probe fails
+            wasted += 0.001 * gamma + t_verify - 0.010
         else:
             tokens += 1
             ctrl.observe(plain_round(0.010))
-    assert intervals[:3] == [16, 32, 64]
+    assert len(intervals) >= 10
+    assert min(intervals[1:]) >= GammaController.PROBE_BASE
+    assert wasted <= GammaController.PROBE_BUDGET * 2000 * 0.010 * 1.1
     # The text turns predictable: probes succeed, acceptance climbs, it switches on.
     for _ in range(1000):
         gamma = ctrl.next_gamma()
@@ -120,6 +127,42 @@ def test_probes_while_off_and_recovers_when_text_turns_predictable() -> None:
         gamma = ctrl.next_gamma()
         ctrl.observe(spec_round(gamma, gamma, 0.001 * gamma, 0.010 * (1 + 0.1 * gamma)))
     assert ctrl.next_gamma() >= 5
+
+
+def test_costly_catch_up_waits_for_the_start_of_a_reply() -> None:
+    # A draft model that must re-read skipped text at 0.2 of a target token
+    # each: a probe mid-reply would cost more than the budget allows ...
+    slow = costs(slope=0.1, t_draft=0.004)
+    slow.catch_up_ratio = 0.2
+    ctrl = with_alpha(GammaController(slow), 0.1)
+    ctrl.start_reply(300, draft_ready=False)
+    ctrl.observe(plain_round(0.010))
+    assert not ctrl.on
+    probes = 0
+    for _ in range(300):
+        gamma = ctrl.next_gamma()
+        probes += gamma > 0
+        ctrl.observe(spec_round(gamma, 0, 0.004 * gamma, 0.012) if gamma else plain_round(0.010))
+    assert probes == 0
+    # ... but at the start of the next reply it asks for the drafter to be
+    # prepared during prompt processing, and then probes in the first round.
+    assert ctrl.drafts_soon()
+    ctrl.start_reply(300, draft_ready=True)
+    assert ctrl.next_gamma() == ctrl.probe_gamma > 0
+
+
+def test_a_few_successful_probes_switch_speculation_on() -> None:
+    # The prior (0.6) says no in this compute-bound case; two probes whose
+    # drafts all land must be enough to change its mind.
+    ctrl = GammaController(costs(slope=0.3, t_draft=0.004))
+    ctrl.start_reply(100, draft_ready=True)
+    assert not ctrl.on
+    for _ in range(2):
+        gamma = ctrl.next_gamma()
+        assert gamma > 0
+        ctrl.observe(spec_round(gamma, gamma, 0.004 * gamma, 0.010 * (1 + 0.3 * gamma)))
+        ctrl._tokens_since_probe = GammaController.PROBE_MAX  # the next probe is due
+    assert ctrl.on
 
 
 def test_hysteresis_does_not_flap_near_break_even() -> None:

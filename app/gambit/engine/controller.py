@@ -46,6 +46,7 @@ from gambit.engine.runtime import ModelRuntime
 # Exponential weights of the running estimates: ~1/w recent observations count.
 COST_WEIGHT = 0.1
 ACCEPT_WEIGHT = 0.15
+PRIOR_WEIGHT = 0.25  # the acceptance prior, in observations
 
 
 class CostModel:
@@ -64,7 +65,12 @@ class CostModel:
         self.t1 = 0.0
         self.ratio = np.zeros(k_max + 1)  # index k: t_target(k) / t1
         self._seen = np.zeros(k_max + 1, dtype=bool)
+        self._n_seen = np.zeros(k_max + 1, dtype=np.int64)  # rounds that measured t(k)
         self.draft_ratio = 0.0  # one draft step / t1 (0 for prompt lookup)
+        self._draft_seen = 0  # rounds that measured it (the calibration counts as one)
+        # One token a drafter catches up on, decoded in a batch / t1 (0: not
+        # measured yet; half a draft step is assumed then).
+        self.catch_up_ratio = 0.0
 
     @property
     def t_draft(self) -> float:
@@ -85,7 +91,10 @@ class CostModel:
         other.t1 = self.t1
         other.ratio[:] = self.ratio
         other._seen[:] = self._seen
+        other._n_seen[:] = self._n_seen
         other.draft_ratio = self.draft_ratio
+        other._draft_seen = self._draft_seen
+        other.catch_up_ratio = self.catch_up_ratio
         return other
 
     def set_target(self, k: int, seconds: float) -> None:
@@ -102,23 +111,53 @@ class CostModel:
         self._seen[k] = True
 
     def observe_verify(self, k: int, seconds: float) -> None:
+        """A round's verification batch of ``k`` tokens took ``seconds``. The
+        first rounds of each size weigh more than later ones (1/2, 1/3, ...):
+        the calibration measured the batch alone, at a short context."""
         if not 1 <= k <= self.k_max or seconds <= 0:
             return
         if not self._seen[k] or (k > 1 and self.t1 <= 0):
             self.set_target(k, seconds)
-        elif k == 1:
-            self.t1 += COST_WEIGHT * (seconds - self.t1)
+            return
+        self._n_seen[k] += 1
+        weight = max(COST_WEIGHT, 1.0 / (self._n_seen[k] + 1))
+        if k == 1:
+            self.t1 += weight * (seconds - self.t1)
         else:
-            self.ratio[k] += COST_WEIGHT * (seconds / self.t1 - self.ratio[k])
+            self.ratio[k] += weight * (seconds / self.t1 - self.ratio[k])
 
     def observe_draft(self, n_tokens: int, seconds: float) -> None:
+        """A round's drafting: ``n_tokens`` drafted (and the one or two tokens
+        synced first) in ``seconds``.
+
+        The first rounds weigh more (1/2, 1/3, ... down to COST_WEIGHT): the
+        calibration measures the draft alone, warm in the CPU's caches, and
+        in rounds, taking turns with the target, it measured up to 1.5x slower.
+        """
         if n_tokens <= 0 or seconds < 0 or self.t1 <= 0:
             return
         ratio = seconds / n_tokens / self.t1
+        self._draft_seen += 1
         if self.draft_ratio:
-            self.draft_ratio += COST_WEIGHT * (ratio - self.draft_ratio)
+            weight = max(COST_WEIGHT, 1.0 / (self._draft_seen + 1))
+            self.draft_ratio += weight * (ratio - self.draft_ratio)
         else:
             self.draft_ratio = ratio
+
+    def observe_catch_up(self, n_tokens: int, seconds: float) -> None:
+        """A drafter decoded ``n_tokens`` it had skipped, in ``seconds``."""
+        if n_tokens <= 0 or seconds <= 0 or self.t1 <= 0:
+            return
+        ratio = seconds / n_tokens / self.t1
+        if self.catch_up_ratio:
+            self.catch_up_ratio += COST_WEIGHT * (ratio - self.catch_up_ratio)
+        else:
+            self.catch_up_ratio = ratio
+
+    def catch_up_cost(self, n_tokens: int) -> float:
+        """Seconds a drafter needs to catch up on ``n_tokens`` skipped tokens."""
+        ratio = self.catch_up_ratio or self.draft_ratio / 2
+        return n_tokens * ratio * self.t1
 
     def verify_cost(self, k: int) -> float:
         """t_target(k); unmeasured sizes are interpolated linearly from measured ones."""
@@ -140,14 +179,21 @@ class AcceptanceModel:
     gamma_max: int
     prior: float = 0.6
     alpha: np.ndarray = field(init=False)  # index i-1: α_i
+    seen: np.ndarray = field(init=False)  # index i-1: rounds that tried position i
 
     def __post_init__(self) -> None:
         self.alpha = np.full(self.gamma_max, self.prior)
+        self.seen = np.zeros(self.gamma_max, dtype=np.int64)
 
     def observe(self, outcomes: tuple[bool, ...]) -> None:
         # Positions after the first rejection were never tried: no evidence.
+        # While evidence is scarce, each outcome weighs more (the prior counts
+        # as a quarter of an observation): one or two probes must be able to
+        # switch speculation on, or a wrong prior would keep it off for good.
         for i, accepted in enumerate(outcomes[: self.gamma_max]):
-            self.alpha[i] += ACCEPT_WEIGHT * (float(accepted) - self.alpha[i])
+            self.seen[i] += 1
+            weight = max(ACCEPT_WEIGHT, 1.0 / (self.seen[i] + PRIOR_WEIGHT))
+            self.alpha[i] += weight * (float(accepted) - self.alpha[i])
         n = len(outcomes)
         if 0 < n < self.gamma_max and all(outcomes):
             # Every draft landed, so nothing was learned about longer drafts.
@@ -190,9 +236,19 @@ class GammaController:
     # Probing costs something (a draft model must catch up on skipped text):
     # only probe where the best case, every draft accepted, is clearly a win.
     PROBE_CEILING = 1.2
-    PROBE_BASE = 16  # tokens between probes while off
-    PROBE_MAX = 512
-    PROBE_GAMMA = 2
+    PROBE_BASE = 16  # the fewest plain tokens between probes
+    PROBE_MAX = 2048  # the most: the text may have changed since
+    # While off, probing may cost at most this share of the plain decoding
+    # time it interrupts: a probe that fails wastes its draft and the larger
+    # verification batch, and a draft model must first catch up on every
+    # token it skipped (measured: ~0.2 of a target token each on a CPU, up to
+    # 256 of them). So a cheap probe (prompt lookup) comes every few dozen
+    # tokens, a costly one waits for the start of a reply, where the draft
+    # reads the prompt during prompt processing, or until it is paid for.
+    PROBE_BUDGET = 0.03
+    # The most a drafter catches up on before it restarts on the recent context
+    # (DraftModelDrafter.max_catch_up).
+    CATCH_UP_MAX = 256
     # Before any tree round: tokens gained per side node. SpecInfer-style
     # trees report a few tenths; the first rounds measure the real figure.
     SIDE_GAIN_PRIOR = 0.25
@@ -224,9 +280,10 @@ class GammaController:
         self.side_gain = self.SIDE_GAIN_PRIOR
         self.costs = costs
         self.acceptance = AcceptanceModel(gamma_max, prior_alpha)
-        self._probe_interval = self.PROBE_BASE
-        self._tokens_since_probe = 0
+        # The first reply may probe at once: the prior is only a guess.
+        self._tokens_since_probe = self.PROBE_MAX
         self._probing = False
+        self._behind = 0  # committed tokens the drafter has not read yet
         # Start from what the calibration and the prior predict.
         self.on = self._best()[2] >= self.OFF_BELOW
         self.decision = self._decide()
@@ -238,6 +295,38 @@ class GammaController:
         return 1.0 / t1 if t1 > 0 else 0.0
 
     # -- GammaPolicy
+    def start_reply(self, n_context: int, draft_ready: bool) -> None:
+        self._behind = 0 if draft_ready else n_context
+
+    def drafts_soon(self) -> bool:
+        if self.mode != "adaptive":
+            return self.mode == "fixed" and self.fixed_gamma > 0
+        return self.on or self._probe_due()
+
+    @property
+    def probe_gamma(self) -> int:
+        """A probe drafts what would pay best if every draft landed: a short
+        probe says nothing about the longer drafts that may be the win."""
+        return int(np.argmax(self._speedups(np.ones(self.gamma_max))[:, 0])) + 1
+
+    def probe_cost(self, catch_up: int = 0) -> float:
+        """Seconds a probe costs beyond a plain round if none of its drafts lands,
+        after the drafter catches up on ``catch_up`` skipped tokens."""
+        g = self.probe_gamma
+        c = self.costs
+        wasted = g * c.t_draft + c.verify_cost(g + 1) - c.verify_cost(1)
+        return max(0.0, wasted) + c.catch_up_cost(min(catch_up, self.CATCH_UP_MAX))
+
+    def _probe_due(self, catch_up: int = 0) -> bool:
+        """Whether a probe now keeps probing within its budget."""
+        if self.ceiling_speedup() <= self.PROBE_CEILING:
+            return False
+        since = self._tokens_since_probe
+        if since >= self.PROBE_MAX:
+            return True
+        budget = self.PROBE_BUDGET * since * self.costs.verify_cost(1)
+        return since >= self.PROBE_BASE and self.probe_cost(catch_up) <= budget
+
     def next_side_nodes(self) -> int:
         """Side nodes for the round ``next_gamma`` just chose (0 while off or probing)."""
         return self.decision.side if self.decision.gamma else 0
@@ -256,9 +345,9 @@ class GammaController:
                 f"off: cannot pay here (at best {self.ceiling_speedup():.2f}x)",
             )  # fmt: skip
             return 0
-        if self._tokens_since_probe >= self._probe_interval:
+        if self._probe_due(self._behind):
             self._probing = True
-            probe = max(1, min(self.PROBE_GAMMA, self.gamma_max))
+            probe = self.probe_gamma
             d = self.decision
             self.decision = Decision(
                 probe, d.expected_speedup, d.best_speedup,
@@ -270,12 +359,17 @@ class GammaController:
     def observe(self, rnd: Round) -> None:
         if rnd.tokens:
             self.costs.observe_verify(rnd.n_catch_up + rnd.n_drafted + 1, rnd.t_verify_s)
+        self._behind = 0 if rnd.n_drafted else self._behind + len(rnd.tokens)
         if rnd.n_drafted:
+            # Side nodes cost the drafter nothing extra: it decodes its main chain only.
+            n_chain = rnd.n_drafted - rnd.n_side
             if rnd.n_draft_synced <= 2:
+                self.costs.observe_draft(n_chain, rnd.t_draft_s)
+            else:
                 # A long catch-up (after plain rounds) is not the per-token
-                # cost of drafting in steady speculation. Side nodes cost the
-                # drafter nothing extra: it decodes its main chain only.
-                self.costs.observe_draft(rnd.n_drafted - rnd.n_side, rnd.t_draft_s)
+                # cost of drafting in steady speculation: it is priced apart.
+                drafting = n_chain * self.costs.t_draft
+                self.costs.observe_catch_up(rnd.n_draft_synced, rnd.t_draft_s - drafting)
             self.acceptance.observe(rnd.chain_outcomes)
             if rnd.n_side:
                 gain = rnd.side_gain / rnd.n_side
@@ -285,19 +379,12 @@ class GammaController:
         if self._probing:
             self._probing = False
             self._tokens_since_probe = 0
-            if best > self.ON_ABOVE:
-                self.on = True
-                self._probe_interval = self.PROBE_BASE
-            else:
-                # Probes cost (a draft model must first catch up on every token
-                # it skipped): space them out while they do not pay.
-                self._probe_interval = min(self._probe_interval * 2, self.PROBE_MAX)
+            self.on = best > self.ON_ABOVE
         elif self.on and best < self.OFF_BELOW:
             self.on = False
             self._tokens_since_probe = 0
         elif not self.on and best > self.ON_ABOVE:
             self.on = True
-            self._probe_interval = self.PROBE_BASE
 
     # -- the model
     def expected_rate(self, gamma: int, side: int = 0) -> float:
@@ -355,15 +442,16 @@ def calibrate(
     k_max: int,
     costs: CostModel | None = None,
     repeats: int = 3,
+    context: int = 32,
 ) -> CostModel:
     """Measure t_target(k) for k = 1..k_max and one draft step, on this machine.
 
-    Decodes a short filler context, then batches of k tokens on top of it,
+    Decodes a filler context of ``context`` tokens, then batches of k tokens on top of it,
     keeping the fastest of ``repeats`` runs (the least disturbed by other work).
     Leaves both caches empty. A few hundred milliseconds for small models.
     """
     costs = costs or CostModel(k_max)
-    filler = _filler_tokens(target, max(32, k_max))
+    filler = _filler_tokens(target, max(context, k_max))
     target.clear()
     target.decode(filler)
     # A few batch sizes suffice: t_target(k) is smooth in k and the rest is
