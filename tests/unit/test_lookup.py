@@ -37,7 +37,7 @@ def test_copies_continuation_of_longest_match() -> None:
     #          0  1  2  3  4  5  6  7  8  9
     context = [1, 2, 3, 4, 5, 6, 9, 2, 3]
     # the last 2-gram (2, 3) occurred at 1..2; what followed: 4, 5, 6, ...
-    d = draft(PromptLookupDrafter(), context, 4)
+    d = draft(PromptLookupDrafter(ngram_min=1), context, 4)
     assert list(d.tokens) == [4, 5, 6, 9]
     assert d.q is None
 
@@ -45,38 +45,38 @@ def test_copies_continuation_of_longest_match() -> None:
 def test_longer_ngram_wins_over_more_recent_shorter_one() -> None:
     # (7, 8, 3) occurs at 0..2 followed by 11; 3 alone occurs later at 5 followed by 12
     context = [7, 8, 3, 11, 0, 3, 12, 7, 8, 3]
-    d = draft(PromptLookupDrafter(ngram_max=3), context, 2)
+    d = draft(PromptLookupDrafter(ngram_max=3, ngram_min=1), context, 2)
     assert list(d.tokens) == [11, 0]
     # with unigrams only, the latest 3 wins
-    d = draft(PromptLookupDrafter(ngram_max=1), context, 2)
+    d = draft(PromptLookupDrafter(ngram_max=1, ngram_min=1), context, 2)
     assert list(d.tokens) == [12, 7]
 
 
 def test_most_recent_occurrence_wins() -> None:
     context = [5, 6, 1, 5, 6, 2, 5, 6]
-    assert list(draft(PromptLookupDrafter(), context, 1).tokens) == [2]
-    assert list(draft(PromptLookupDrafter(), context, 5).tokens) == [2, 5, 6]
+    assert list(draft(PromptLookupDrafter(ngram_min=1), context, 1).tokens) == [2]
+    assert list(draft(PromptLookupDrafter(ngram_min=1), context, 5).tokens) == [2, 5, 6]
 
 
 def test_respects_n_max() -> None:
     context = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
     for n_max in range(1, 8):
-        d = draft(PromptLookupDrafter(), context, n_max)
+        d = draft(PromptLookupDrafter(ngram_min=1), context, n_max)
         assert list(d.tokens) == [3, 4, 5, 6, 7, 8, 1][:n_max]
         assert len(d) == n_max
 
 
 @pytest.mark.parametrize("n_max", [0, -1])
 def test_no_tokens_asked(n_max: int) -> None:
-    d = draft(PromptLookupDrafter(), [1, 2, 1, 2], n_max)
+    d = draft(PromptLookupDrafter(ngram_min=1), [1, 2, 1, 2], n_max)
     assert list(d.tokens) == []
     assert len(d) == 0
 
 
 def test_no_match_gives_empty_draft() -> None:
-    assert list(draft(PromptLookupDrafter(), [1, 2, 3, 4, 5], 4).tokens) == []
-    assert list(draft(PromptLookupDrafter(), [], 4).tokens) == []
-    assert list(draft(PromptLookupDrafter(), [7], 4).tokens) == []
+    assert list(draft(PromptLookupDrafter(ngram_min=1), [1, 2, 3, 4, 5], 4).tokens) == []
+    assert list(draft(PromptLookupDrafter(ngram_min=1), [], 4).tokens) == []
+    assert list(draft(PromptLookupDrafter(ngram_min=1), [7], 4).tokens) == []
     # a match of a shorter order than ngram_min does not count
     assert list(draft(PromptLookupDrafter(ngram_max=3, ngram_min=2), [1, 2, 3, 1], 4).tokens) == []
     assert list(draft(PromptLookupDrafter(ngram_max=3, ngram_min=1), [1, 2, 3, 1], 4).tokens) == [
@@ -89,17 +89,17 @@ def test_no_match_gives_empty_draft() -> None:
 def test_variable_length_near_the_end() -> None:
     # the match's follower is near the end: fewer than n_max tokens remain to copy
     context = [9, 9, 4, 1, 2, 1, 2]
-    d = draft(PromptLookupDrafter(), context, 8)
+    d = draft(PromptLookupDrafter(ngram_min=1), context, 8)
     # (2, 1, 2)? no earlier; (1, 2) occurs at 3..4 followed by 1, 2
     assert list(d.tokens) == [1, 2]
     # a repeated token: the latest earlier occurrence overlaps the suffix
-    assert list(draft(PromptLookupDrafter(), [3, 3, 3], 5).tokens) == [3]
-    assert list(draft(PromptLookupDrafter(), [4, 3, 3], 5).tokens) == [3]
+    assert list(draft(PromptLookupDrafter(ngram_min=1), [3, 3, 3], 5).tokens) == [3]
+    assert list(draft(PromptLookupDrafter(ngram_min=1), [4, 3, 3], 5).tokens) == [3]
 
 
 def test_deterministic_drafter_has_no_q() -> None:
     rng = np.random.default_rng(1)
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookupDrafter(ngram_min=1)
     for _ in range(20):
         context = rng.integers(0, 3, size=int(rng.integers(0, 30))).tolist()
         d = draft(drafter, context, 5)
@@ -147,7 +147,7 @@ def test_incremental_matches_fresh_and_reference(
 
 def test_same_list_object_growing_in_place() -> None:
     rng = np.random.default_rng(2)
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookupDrafter(ngram_min=1)
     context: list[int] = []
     for _ in range(150):
         context.append(int(rng.integers(0, 4)))
@@ -158,7 +158,7 @@ def test_same_list_object_growing_in_place() -> None:
 
 def test_edited_history_is_rebuilt() -> None:
     rng = np.random.default_rng(3)
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookupDrafter(ngram_min=1)
     context = rng.integers(0, 3, size=40).tolist()
     for step in range(200):
         action = rng.integers(4)
@@ -179,7 +179,7 @@ def test_edited_history_is_rebuilt() -> None:
 
 
 def test_edit_that_keeps_a_prefix_and_the_length() -> None:
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookupDrafter(ngram_min=1)
     a = [1, 2, 3, 9, 1, 2]
     assert list(draft(drafter, a, 3).tokens) == [3, 9, 1]
     b = [1, 2, 4, 9, 1, 2]  # same length, one token changed
@@ -188,3 +188,9 @@ def test_edit_that_keeps_a_prefix_and_the_length() -> None:
     assert list(draft(drafter, c, 3).tokens) == [2, 4, 9]
     d = [1, 2]  # shrinks
     assert list(draft(drafter, d, 3).tokens) == []
+
+
+def test_by_default_one_matching_token_is_not_enough() -> None:
+    # [.., 1] matches only as a 1-gram: no proposal; [.., 1, 2] as a 2-gram: a proposal.
+    assert list(draft(PromptLookupDrafter(), [1, 2, 3, 1], 4).tokens) == []
+    assert list(draft(PromptLookupDrafter(), [1, 2, 3, 1, 2], 4).tokens) == [3, 1, 2]

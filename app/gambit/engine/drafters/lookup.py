@@ -20,10 +20,15 @@ from gambit.engine.tree import DraftTree, chain_tree
 
 
 class PromptLookupDrafter:
+    """``ngram_min`` 2: a single matching token predicts the next too rarely
+    (measured on the grounded and code suites, F32 target: the adaptive policy
+    gained 1.61x with 1-token matches and 2.07x without them; chat stayed at
+    1.0x)."""
+
     name = "prompt lookup"
     MATCHES_KEPT = 4  # latest occurrences remembered per n-gram, for trees
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1) -> None:
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 2) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise ValueError("need 1 <= ngram_min <= ngram_max")
         self.ngram_max = ngram_max
@@ -127,6 +132,9 @@ class PromptLookupDrafter:
                     budget -= 1
                 node = nxt
         return DraftTree(tuple(tree_tokens), tuple(parents), None, main_depth=len(main))
+
+    def prepare(self, context: list[int]) -> None:
+        self._extend(context)  # indexing the prompt is free next to a decode
 
     def close(self) -> None:
         pass
