@@ -21,7 +21,7 @@ from typing import Any
 
 from gambit.engine.chat import Message
 from gambit.engine.controller import GammaController, PolicyMode
-from gambit.engine.decoder import GenerationConfig
+from gambit.engine.decoder import GenerationConfig, Round
 from gambit.engine.metrics import GenerationStats
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
@@ -80,10 +80,14 @@ def parse_policy(
 
 
 def run_once(
-    engine: Engine, prompt: str, config: GenerationConfig, controller: GammaController | None
+    engine: Engine,
+    prompt: str,
+    config: GenerationConfig,
+    controller: GammaController | None,
+    rounds: list[Round] | None = None,
 ) -> tuple[GenerationStats, list[int]]:
     """One cold-cache chat generation (``controller`` None: target only);
-    returns its stats and reply tokens."""
+    returns its stats and reply tokens (and its rounds, into ``rounds``)."""
     engine.target.clear()
     if engine.draft_runtime is not None:
         engine.draft_runtime.clear()
@@ -97,6 +101,8 @@ def run_once(
     for rnd in engine.chat([Message("user", prompt)], config):
         stats.add(rnd)
         tokens.extend(rnd.tokens)
+        if rounds is not None:
+            rounds.append(rnd)
     stats.prefill_s = engine.decoder.last_prefill_s
     stats.decode_s = engine.decode_seconds - d0
     return stats, tokens
@@ -140,6 +146,12 @@ def run_bench(
         sampling = SamplingParams(**{**sampling.__dict__, "seed": 1234})
     config = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling)
     engine = Engine(engine_config)
+    if not engine.drafter:
+        print(
+            "bench: no drafter chosen (--draft, --lookup or --layer-skip), so this measures "
+            "plain decoding (target only) and no speculation",
+            file=sys.stderr,
+        )
     policies = (args.policy or ["adaptive", "fixed", "off"]) if engine.drafter else []
     controllers: dict[str, GammaController | None] = {TARGET_ONLY: None}
     side_max = engine.config.tree_nodes - 1 if engine.tree else 0
@@ -155,6 +167,7 @@ def run_bench(
     identical = 0
     compared = 0
     runs = prompts * max(1, args.repeat)
+    several_suites = len({bp.suite for bp in prompts}) > 1  # else ALL would repeat the one
     try:
         warm_up = GenerationConfig(max_tokens=8, sampling=sampling)
         for mode in modes:  # first decodes pay for graph set-up and page faults
@@ -172,14 +185,14 @@ def run_bench(
                 stats, tokens = run_once(engine, bp.prompt, config, controllers[mode])
                 outputs[mode] = tokens
                 totals[bp.suite][mode].add(stats)
-                totals["ALL"][mode].add(stats)
-                if not args.json:
-                    print(
-                        f"  [{i + 1}/{len(runs)}] {bp.suite:<10} {mode:<12} "
-                        f"{stats.n_tokens:4d} tok {stats.tokens_per_s:7.1f} tok/s "
-                        f"acc {stats.acceptance_rate:5.0%}",
-                        file=sys.stderr,
-                    )
+                if several_suites:
+                    totals["ALL"][mode].add(stats)
+                print(  # on stderr, with --json too: stdout holds only the report
+                    f"  [{i + 1}/{len(runs)}] {bp.suite:<10} {mode:<12} "
+                    f"{stats.n_tokens:4d} tok {stats.tokens_per_s:7.1f} tok/s "
+                    f"acc {stats.acceptance_rate:5.0%}",
+                    file=sys.stderr,
+                )
             if len(modes) > 1 and sampling.greedy:
                 compared += len(modes) - 1
                 identical += sum(outputs[TARGET_ONLY] == outputs[m] for m in modes[1:])
@@ -248,7 +261,8 @@ def _print_table(report: dict[str, Any], modes: list[str]) -> None:
     )
     print(header)
     print("-" * len(header))
-    suites = [*sorted(k for k in report["suites"] if k != "ALL"), "ALL"]
+    suites = sorted(k for k in report["suites"] if k != "ALL")
+    suites += ["ALL"] if "ALL" in report["suites"] else []
     for suite in suites:
         for mode in modes:
             f = report["suites"][suite][mode]

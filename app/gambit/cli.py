@@ -22,7 +22,7 @@ from gambit.engine.session import DrafterKind, Engine, EngineConfig
 from gambit.errors import GambitError
 from gambit.models.commands import add_models_parser, run_models
 from gambit.models.default_model import Progress, default_model_path
-from gambit.storage.paths import cache_dir
+from gambit.storage.paths import cache_dir, resources_dir
 
 
 def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -> None:
@@ -137,8 +137,31 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--prompts",
         type=Path,
-        required=True,
-        help='JSON Lines file: {"prompt": ..., "suite": ...} per line',
+        help='JSON Lines file: {"prompt": ..., "suite": ...} per line (default with '
+        "--regimes: the bundled chat, grounded and code suites)",
+    )
+    regimes = bench.add_argument_group(
+        "regimes",
+        "--regimes derives F16, F32 and Q8_0 targets from the model (--target, default: "
+        "the embedded one), which also serves as the draft, and runs each with each "
+        "drafter under target-only, adaptive and fixed γ 1, 2, 4, 8 (docs/performance.md)",
+    )
+    regimes.add_argument(
+        "--regimes", action="store_true", help="the compute- and bandwidth-bound benchmark"
+    )
+    regimes.add_argument(
+        "--targets", default="F16,F32,Q8_0", help="target types (default F16,F32,Q8_0)"
+    )
+    regimes.add_argument(
+        "--drafters",
+        default="draft,lookup,layerskip",
+        help="drafters to compare (default draft,lookup,layerskip)",
+    )
+    regimes.add_argument(
+        "--per-suite", type=int, default=4, help="prompts per suite (default 4; 0: all)"
+    )
+    regimes.add_argument(
+        "--out", type=Path, help="also write regimes.json, regimes.md and regimes.png here"
     )
     bench.add_argument("--limit", type=int, default=0, help="use the first N prompts only")
     bench.add_argument("--repeat", type=int, default=1, help="run each prompt N times")
@@ -277,6 +300,27 @@ def _stats_line(engine: Engine, s: GenerationStats, stop: str) -> str:
     return " | ".join(parts)
 
 
+def _run_bench(args: argparse.Namespace) -> int:
+    if args.regimes:
+        from gambit.bench_regimes import run_regimes_cli
+
+        if args.prompts is None:
+            folder = resources_dir()
+            if folder is None:
+                raise GambitError("the bundled prompt suites are missing: pass --prompts")
+            args.prompts = folder / "prompts" / "all.jsonl"
+        source = args.target or default_model_path(progress=_stderr_progress())
+        options = RuntimeOptions(
+            n_ctx=args.ctx, n_threads=args.threads, n_gpu_layers=args.gpu_layers
+        )
+        return run_regimes_cli(args, source, options, _sampling(args))
+    from gambit.bench import run_bench
+
+    if args.prompts is None:
+        raise GambitError("bench needs --prompts FILE (or --regimes)")
+    return run_bench(args, _engine_config(args), _sampling(args))
+
+
 class _Closing:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -301,9 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "generate":
             return cmd_generate(args)
         if args.command == "bench":
-            from gambit.bench import run_bench
-
-            return run_bench(args, _engine_config(args), _sampling(args))
+            return _run_bench(args)
         if args.command == "models":
             return run_models(args)
     except GambitError as exc:

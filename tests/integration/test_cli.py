@@ -239,6 +239,24 @@ def test_bench_bad_prompts_file(tmp_path: Path, smol_q8_0: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_bench_without_a_drafter_says_so_and_one_suite_has_no_all_row(
+    tmp_path: Path, smol_q8_0: Path
+) -> None:
+    one_suite = tmp_path / "one.jsonl"
+    one_suite.write_text(json.dumps({"prompt": "Say hello", "suite": "chat"}) + "\n")
+    proc = gambit(
+        "bench", "--target", smol_q8_0, *FAST, "--prompts", one_suite, "--max-tokens", "8",
+        "--json", home=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "plain decoding (target only)" in proc.stderr  # no drafter: it says what it runs
+    report = json.loads(proc.stdout)  # stdout is the report alone
+    assert set(report["suites"]) == {"chat"}  # no ALL repeating the one suite
+    assert list(report["suites"]["chat"]) == ["target-only"]
+    # --json still shows its progress, on stderr
+    assert len([line for line in proc.stderr.splitlines() if "tok/s" in line]) == 1
+
+
 def test_models_inspect_default(tmp_path: Path, smol_q4_1: Path) -> None:
     from gambit.models.default_model import DEFAULT_MODEL_FILE
 
@@ -254,3 +272,36 @@ def test_models_inspect_default(tmp_path: Path, smol_q4_1: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     assert Path(info["path"]) == models / DEFAULT_MODEL_FILE
+
+
+def test_bench_regimes(tmp_path: Path, smol_q4_1: Path) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "GAMBIT_HOME": str(tmp_path / "home")}
+    args = ["bench", "--regimes", "--target", smol_q4_1, "--targets", "F32",
+            "--drafters", "draft,lookup", "--per-suite", "1", "--max-tokens", "16",
+            "--threads", "1", "--out", out, "--json"]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "gambit", *map(str, args)],
+        capture_output=True, text=True, env=env, timeout=900, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [(p["target"], p["drafter"]) for p in report["pairs"]] == [
+        ("F32", "draft"),
+        ("F32", "lookup"),
+    ]
+    for pair in report["pairs"]:
+        assert pair["regime"] in ("compute-bound", "bandwidth-bound")
+        assert set(pair["suites"]) == {"ALL", "chat", "grounded", "code"}
+        cell = pair["suites"]["ALL"]
+        assert set(cell["modes"]) == {
+            "target-only", "adaptive", "fixed=1", "fixed=2", "fixed=4", "fixed=8",
+        }  # fmt: skip
+        assert cell["bound"] >= 1.0
+        assert cell["divergence"].endswith("/15")  # 5 speculative modes x 3 prompts
+        assert cell["modes"]["fixed=8"]["tokens"] > 0
+    draft_alpha = report["pairs"][0]["suites"]["ALL"]["alpha"]
+    assert len(draft_alpha) == 8 and all(0.0 <= a <= 1.0 for a in draft_alpha)
+    assert (out / "regimes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| F32 (" in (out / "regimes.md").read_text(encoding="utf-8")
+    assert "[3/3]" in proc.stderr  # progress on stderr while it runs

@@ -49,3 +49,12 @@ def cache_dir() -> Path:
         return Path(own)
     home = _home()
     return home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
+
+def resources_dir() -> Path | None:
+    """The ``resources/`` folder: inside the package (wheel, frozen bundle) or the source tree."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package / "resources", package.parents[1] / "resources"):
+        if candidate.is_dir():
+            return candidate
+    return None

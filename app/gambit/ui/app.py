@@ -17,19 +17,9 @@ from pathlib import Path
 _T_START = time.time()  # the earliest timestamp we have (the self-test's fallback)
 
 from gambit import __version__  # noqa: E402  (after the timestamp, on purpose)
+from gambit.storage.paths import resources_dir  # noqa: E402
 
 ICON_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
-
-
-def resources_dir() -> Path | None:
-    """The ``resources/`` folder: inside the package (wheel, frozen bundle) or the source tree."""
-    import gambit
-
-    package = Path(gambit.__file__).resolve().parent
-    for candidate in (package / "resources", package.parents[1] / "resources"):
-        if candidate.is_dir():
-            return candidate
-    return None
 
 
 def icon_files() -> list[Path]:

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The regime benchmark on an NVIDIA GPU, in one unattended run:
+#   packaging/gpu/bench.sh [MODEL.gguf]
+# builds llama-cpp-python with CUDA into its own virtual environment
+# (.venv-gpu), checks that llama.cpp sees the GPU, and runs
+# `gambit-cli bench --regimes` with every layer offloaded. Results land in
+# bench-out/gpu/ (regimes.json, regimes.md, regimes.png, run.log); copy the
+# table into docs/performance.md with the GPU's name.
+#
+# Offline machines: set WHEELS to a folder of wheels made beforehand with
+#   pip wheel -w wheels -e . && CMAKE_ARGS=-DGGML_CUDA=on pip wheel -w wheels llama-cpp-python==0.3.36
+# and pass the model file (default: the embedded SmolLM2, fetched when online).
+# Environment: PER_SUITE (prompts per suite, default 3), TARGETS (default
+# F16,F32,Q8_0), DRAFTERS (default draft,lookup,layerskip), MAX_TOKENS (128).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=bench-out/gpu
+mkdir -p "$out"
+exec > >(tee "$out/run.log") 2>&1
+
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+
+python3 -m venv .venv-gpu
+. .venv-gpu/bin/activate
+pip_args=(-q)
+if [ -n "${WHEELS:-}" ]; then
+    pip_args+=(--no-index --find-links "$WHEELS")
+fi
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_CUDA=on}" FORCE_CMAKE=1
+echo "building llama-cpp-python with $CMAKE_ARGS (several minutes)..."
+pip install "${pip_args[@]}" --no-binary llama-cpp-python -e .
+
+python - <<'PY'
+import llama_cpp as ll
+if not ll.llama_supports_gpu_offload():
+    raise SystemExit("this llama-cpp-python build cannot offload to a GPU: check CMAKE_ARGS and CUDA")
+print("GPU offload: yes")
+PY
+
+export GAMBIT_HOME="${GAMBIT_HOME:-$PWD/$out/home}"
+model_args=()
+if [ -n "${1:-}" ]; then
+    model_args=(--target "$1")
+fi
+gambit-cli bench --regimes "${model_args[@]}" --gpu-layers -1 \
+    --threads "$(nproc)" \
+    --per-suite "${PER_SUITE:-3}" --max-tokens "${MAX_TOKENS:-128}" \
+    --targets "${TARGETS:-F16,F32,Q8_0}" --drafters "${DRAFTERS:-draft,lookup,layerskip}" \
+    --out "$out"
