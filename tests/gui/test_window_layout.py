@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtWidgets import QApplication, QLabel, QToolBar, QToolButton, QWidget
+from PySide6.QtCharts import QChartView
+from PySide6.QtWidgets import QApplication, QLabel, QScrollArea, QToolBar, QToolButton, QWidget
 from pytestqt.qtbot import QtBot
 
 from gambit.engine.backend import BackendInfo
@@ -26,7 +27,11 @@ LONG_TITLE = (
     "Rewrite the quarterly report's summary in plain English for the board, keeping every figure"
 )
 SIZES = {"main_window.png": (1280, 820), "main_window_1024.png": (1024, 700)}
-HEADLINES = ("speedupValue", "tokensPerSecondValue", "acceptanceValue")
+HEADLINES = (
+    "speedupValue", "tokensPerSecondValue", "baselineValue", "acceptanceValue", "gammaValue",
+    "gammaReasonValue", "ttftValue", "p99Value",
+)  # fmt: skip
+CHARTS = ("tokensPerSecondChart", "gammaChart", "acceptanceChart")
 
 
 def _snapshot(t: float) -> MetricsSnapshot:
@@ -116,11 +121,28 @@ def test_the_window_fits(qtbot: QtBot, window: MainWindow, tmp_path: Path, name:
     overflow = toolbar.findChild(QToolButton, "qt_toolbar_ext_button")
     assert overflow is None or not overflow.isVisible()
 
-    # The headline figures of the statistics panel show without scrolling.
+    # The statistics panel's headline figures and its charts show without scrolling:
+    # each wholly inside the panel's viewport, nothing clipped, no scroll bar needed.
+    scroll = window.stats.findChild(QScrollArea, "statsScroll")
+    assert isinstance(scroll, QScrollArea)
+    viewport = scroll.viewport()
+    assert scroll.verticalScrollBar().maximum() == 0
+    shown: list[QWidget] = []
     for label_name in HEADLINES:
         label = window.stats.findChild(QLabel, label_name)
         assert label is not None, label_name
-        assert _inside(label, window), label_name
+        shown.append(label)
+    for chart_name in CHARTS:
+        chart = window.stats.findChild(QChartView, chart_name)
+        assert chart is not None, chart_name
+        assert chart.height() >= 80, chart_name  # a chart, not a sliver
+        shown.append(chart)
+    for widget in shown:
+        what = widget.objectName()
+        assert _inside(widget, viewport) and _inside(widget, window), what
+        # not clipped (a chart view is covered by its own viewport: ask that one)
+        painted = widget.viewport() if isinstance(widget, QChartView) else widget
+        assert painted.visibleRegion().boundingRect() == painted.rect(), what
     assert _inside(window.send_button, window) and _inside(window.input, window)
 
     shot = tmp_path / name

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -21,12 +22,11 @@ from PySide6.QtCharts import (
     QBarSet,
     QChart,
     QChartView,
-    QLegend,
     QLineSeries,
     QValueAxis,
 )
 from PySide6.QtCore import QEvent, QMargins, QPointF, Qt, QTimer
-from PySide6.QtGui import QBrush, QFont, QPainter, QPalette, QPen
+from PySide6.QtGui import QBrush, QFont, QPainter, QPalette, QPen, QResizeEvent
 from PySide6.QtWidgets import (
     QDockWidget,
     QFrame,
@@ -47,7 +47,10 @@ if TYPE_CHECKING:
 
 REPAINT_INTERVAL_MS: Final = 100
 MAX_POINTS: Final = 200  # samples kept per time chart
-CHART_HEIGHT: Final = 160
+# Charts share the height the figures leave, between these bounds: at 1024×700 the
+# figures and all three charts fit the dock without scrolling.
+CHART_MIN_HEIGHT: Final = 84
+CHART_MAX_HEIGHT: Final = 190
 SPEEDUP_GOOD: Final = 1.05  # at or above: the bet pays (green)
 SPEEDUP_BAD: Final = 0.97  # below: the bet loses (red); in between: amber
 PLACEHOLDER: Final = "—"
@@ -176,6 +179,22 @@ class _Sample:
     gamma: int
 
 
+LABEL_PITCH: Final = 18  # px of plot height per value-axis label: fewer ticks when short
+
+
+class _ChartView(QChartView):
+    """A chart view that says when its height changes (its axes then pick their ticks)."""
+
+    def __init__(self, chart: QChart) -> None:
+        super().__init__(chart)
+        self.on_resized: Callable[[], None] | None = None
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self.on_resized is not None and event.size().height() != event.oldSize().height():
+            self.on_resized()
+
+
 class _ChartCard:
     """A compact chart on a rounded card: antialiased, no animation, small fonts."""
 
@@ -189,16 +208,21 @@ class _ChartCard:
         if layout is not None:
             layout.setContentsMargins(0, 0, 0, 0)
         self.font = font
-        self.view = QChartView(self.chart)
+        self.view = _ChartView(self.chart)
         self.view.setObjectName(object_name)
         self.view.setToolTip(CHART_TOOLTIPS[object_name])
         self.view.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.view.setFrameShape(QFrame.Shape.NoFrame)
-        self.view.setFixedHeight(CHART_HEIGHT)
-        self.view.setMinimumWidth(220)
-        self.view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.view.setMinimumSize(220, CHART_MIN_HEIGHT)
+        self.view.setMaximumHeight(CHART_MAX_HEIGHT)
+        self.view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.view.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+    def max_ticks(self) -> int:
+        """How many value labels the plot's height has room for (at least 2)."""
+        plot = self.view.height() - 36  # the time axis' labels and the card's margins
+        return max(2, plot // LABEL_PITCH)
 
     def value_axis(self, alignment: Qt.AlignmentFlag) -> QValueAxis:
         axis = QValueAxis()
@@ -280,8 +304,9 @@ class StatsPanel(QDockWidget):
 
         self._values: dict[str, QLabel] = {}
         self._captions: list[QLabel] = []
-        self._headings: list[QLabel] = []
         self._build()
+        for card in self._cards:
+            card.view.on_resized = self._on_chart_resized
         self._ready = True
         self._apply_palette()
         self._reset()
@@ -408,12 +433,21 @@ class StatsPanel(QDockWidget):
             _set_range(axis, x0, x1, step, TIME_UNIT)
 
         top = max(max(max(s.tokens_per_s, s.baseline) for s in samples), 1.0) * 1.1
-        step = nice_step(top / 4)
+        step = nice_step(top / min(4, self._tps_card.max_ticks() - 1))
         _set_range(self._tps_y, 0.0, step * math.ceil(top / step), step)
 
         g_top = max(max(s.gamma for s in samples), 1) + 1
         self._gamma_y.setRange(-0.25, g_top + 0.25)  # keeps γ = 0 clear of the axis line
-        self._gamma_y.setTickInterval(1.0 if g_top <= 6 else 2.0)
+        self._gamma_y.setTickInterval(self._gamma_tick(g_top))
+
+    def _gamma_tick(self, g_top: int) -> float:
+        """1 when the chart has room for a label per γ, else every 2nd, 3rd, ..."""
+        return float(max(1, math.ceil((g_top + 1) / self._gamma_card.max_ticks())))
+
+    def _on_chart_resized(self) -> None:
+        self._update_time_charts()
+        rows = self._acceptance_card.max_ticks()
+        self._percent_axis.setTickInterval(25.0 if rows >= 5 else 50.0)
 
     def _update_acceptance_chart(self, alphas: tuple[float, ...]) -> None:
         values = [round(a * 100) for a in alphas]
@@ -446,7 +480,7 @@ class StatsPanel(QDockWidget):
             _set_range(axis, 0.0, 10.0, 2.5, TIME_UNIT)
         _set_range(self._tps_y, 0.0, 40.0, 10.0)
         self._gamma_y.setRange(-0.25, 4.25)
-        self._gamma_y.setTickInterval(1.0)
+        self._gamma_y.setTickInterval(self._gamma_tick(4))
 
     # -- look
     def _set_tone(self, label: QLabel, tone: Tone) -> None:
@@ -463,7 +497,6 @@ class StatsPanel(QDockWidget):
         muted = theme.muted(palette)
         for label in [
             *self._captions,
-            *self._headings,
             self._backend,
             self._drafter,
             self._kernels,
@@ -503,19 +536,14 @@ class StatsPanel(QDockWidget):
         self._reason_font.setWeight(QFont.Weight.Medium)
         self._caption_font = QFont(base)
         self._caption_font.setPointSizeF(size * 0.85)
-        self._heading_font = QFont(base)
-        self._heading_font.setPointSizeF(size * 0.8)
-        self._heading_font.setWeight(QFont.Weight.Bold)
-        self._heading_font.setCapitalization(QFont.Capitalization.AllUppercase)
-        self._heading_font.setLetterSpacing(QFont.SpacingType.PercentageSpacing, 110)
         self._chart_font = QFont(base)
         self._chart_font.setPointSizeF(size * 0.75)
 
         content = QWidget()
         content.setObjectName("statsContent")
         layout = QVBoxLayout(content)
-        layout.setContentsMargins(14, 8, 14, 14)
-        layout.setSpacing(6)
+        layout.setContentsMargins(14, 6, 14, 10)
+        layout.setSpacing(4)
 
         self._backend = QLabel()
         self._backend.setObjectName("backendValue")
@@ -535,20 +563,17 @@ class StatsPanel(QDockWidget):
         self._kernels.setVisible(False)
         layout.addWidget(self._kernels)
 
-        layout.addWidget(self._heading("Speed"))
+        # The figures first (speed, drafting, latency), then the charts: the headline
+        # numbers never need scrolling, and the charts share the height that is left.
         grid = self._grid(layout)
         self._tile(grid, 0, 0, "Speedup", "speedupValue")
         self._tile(grid, 0, 1, "Tokens/s", "tokensPerSecondValue")
         self._tile(grid, 0, 2, "Baseline", "baselineValue")
-        self._cards: list[_ChartCard] = []
-        layout.addWidget(self._chart_caption("Tokens/s over time"))
-        layout.addWidget(self._build_tps_chart())
 
-        layout.addWidget(self._heading("Drafting"))
         grid = self._grid(layout)
-        self._tile(grid, 0, 0, "Accepted / drafted", "acceptedValue")
-        self._tile(grid, 0, 1, "Acceptance", "acceptanceValue")
-        self._tile(grid, 0, 2, f"Last {_WINDOW} rounds", "acceptanceRollingValue")
+        self._tile(grid, 0, 0, "Acceptance", "acceptanceValue")
+        self._tile(grid, 0, 1, f"Last {_WINDOW} rounds", "acceptanceRollingValue")
+        self._tile(grid, 0, 2, "Accepted / drafted", "acceptedValue")
         self._tile(grid, 2, 0, "γ (draft length)", "gammaValue")
         self._tile(grid, 2, 1, "Controller", "gammaReasonValue", span=2)
         self._shape_tile = (
@@ -558,17 +583,20 @@ class StatsPanel(QDockWidget):
         reason = self._values["gammaReasonValue"]
         reason.setFont(self._reason_font)
         reason.setWordWrap(True)
-        layout.addWidget(self._chart_caption("γ over time"))
-        layout.addWidget(self._build_gamma_chart())
-        layout.addWidget(self._chart_caption("Acceptance by depth"))
-        layout.addWidget(self._build_acceptance_chart())
 
-        layout.addWidget(self._heading("Latency"))
         grid = self._grid(layout)
         self._tile(grid, 0, 0, "First token", "ttftValue")
         self._tile(grid, 0, 1, "p50 token gap", "p50Value")
         self._tile(grid, 0, 2, "p99 token gap", "p99Value")
-        layout.addStretch(1)
+
+        self._cards: list[_ChartCard] = []
+        layout.addWidget(self._chart_caption("Tokens/s over time (dashed: baseline)"))
+        layout.addWidget(self._build_tps_chart(), 1)
+        layout.addWidget(self._chart_caption("γ over time"))
+        layout.addWidget(self._build_gamma_chart(), 1)
+        layout.addWidget(self._chart_caption("Acceptance by depth"))
+        layout.addWidget(self._build_acceptance_chart(), 1)
+        layout.addStretch(0)  # charts at their tallest: the rest stays below them
 
         scroll = QScrollArea()
         scroll.setObjectName("statsScroll")
@@ -579,17 +607,10 @@ class StatsPanel(QDockWidget):
         content.setMinimumWidth(280)
         self.setWidget(scroll)
 
-    def _heading(self, text: str) -> QLabel:
-        label = QLabel(text)
-        label.setFont(self._heading_font)
-        label.setContentsMargins(0, 10, 0, 0)
-        self._headings.append(label)
-        return label
-
     def _chart_caption(self, text: str) -> QLabel:
         label = QLabel(text)
         label.setFont(self._caption_font)
-        label.setContentsMargins(0, 6, 0, 0)
+        label.setContentsMargins(0, 4, 0, 0)
         self._captions.append(label)
         return label
 
@@ -622,7 +643,7 @@ class StatsPanel(QDockWidget):
         return title, value
 
     def _build_tps_chart(self) -> QChartView:
-        card = _ChartCard("tokensPerSecondChart", self._chart_font)
+        card = self._tps_card = _ChartCard("tokensPerSecondChart", self._chart_font)
         self._tps_series = QLineSeries()
         self._tps_series.setName("tokens/s")
         self._baseline_series = QLineSeries()
@@ -634,16 +655,11 @@ class StatsPanel(QDockWidget):
         for series in (self._tps_series, self._baseline_series):
             series.attachAxis(self._tps_x)
             series.attachAxis(self._tps_y)
-        legend = card.chart.legend()
-        legend.setVisible(True)
-        legend.setFont(self._chart_font)
-        legend.setAlignment(Qt.AlignmentFlag.AlignTop)
-        legend.setMarkerShape(QLegend.MarkerShape.MarkerShapeFromSeries)
         self._cards.append(card)
         return card.view
 
     def _build_gamma_chart(self) -> QChartView:
-        card = _ChartCard("gammaChart", self._chart_font)
+        card = self._gamma_card = _ChartCard("gammaChart", self._chart_font)
         self._gamma_series = QLineSeries()
         self._gamma_series.setName("γ")
         card.chart.addSeries(self._gamma_series)
@@ -656,7 +672,7 @@ class StatsPanel(QDockWidget):
         return card.view
 
     def _build_acceptance_chart(self) -> QChartView:
-        card = _ChartCard("acceptanceChart", self._chart_font)
+        card = self._acceptance_card = _ChartCard("acceptanceChart", self._chart_font)
         self._acceptance_set = QBarSet("acceptance")
         self._acceptance_series = QBarSeries()
         self._acceptance_series.append(self._acceptance_set)
@@ -671,7 +687,7 @@ class StatsPanel(QDockWidget):
         self._positions_axis.setGridLineVisible(False)
         card.chart.addAxis(self._positions_axis, Qt.AlignmentFlag.AlignBottom)
         self._acceptance_series.attachAxis(self._positions_axis)
-        percent = card.value_axis(Qt.AlignmentFlag.AlignLeft)
+        percent = self._percent_axis = card.value_axis(Qt.AlignmentFlag.AlignLeft)
         _set_range(percent, 0.0, 100.0, 25.0)
         percent.setLabelFormat("%d%%")
         self._acceptance_series.attachAxis(percent)
