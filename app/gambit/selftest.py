@@ -8,8 +8,10 @@ llama.cpp was built for, the speeds, the speedup, the model load time and the
 cold-start time from process start to the first reply token. Exit status 0
 when everything passed, 1 otherwise, with the reason on the ``result:`` line.
 
-No widgets are created (it runs on a machine without a display); Qt is only
-imported, to check that the bundle carries it and its platform plugins.
+No widgets are created in this process (it runs on a machine without a
+display): Qt is imported to check that the bundle carries it and its platform
+plugins, and a child process opens a window on the platform plugin in use
+(offscreen without a display), naming the missing system packages if it fails.
 
 ``gambit --about`` prints the version and backend lines only.
 """
@@ -195,7 +197,8 @@ def kernel_lines() -> list[str]:
 
 
 def _qt_check() -> tuple[str, str | None]:
-    """Import Qt and the UI modules (no widgets); returns (description, problem)."""
+    """Import Qt and the UI modules, open a window in a child process; returns
+    (description, problem)."""
     try:
         import PySide6
         from PySide6 import QtCharts, QtWidgets  # noqa: F401  (the modules must load)
@@ -213,7 +216,11 @@ def _qt_check() -> tuple[str, str | None]:
     desc = f"PySide6 {PySide6.__version__}, QtWidgets + QtCharts ok, platforms: {', '.join(names)}"
     if not names:
         return desc, f"no Qt platform plugins in {plugins}"
-    return desc, None
+    from gambit.ui.window_probe import check_window
+
+    window = check_window()
+    desc += f"; {window.detail}"
+    return desc, None if window.ok else f"Qt: {window.detail}"
 
 
 # ------------------------------------------------------------------- runs

@@ -60,6 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gambit.engine.kernels import child_main
 
         return child_main(args_in[1:])
+    if args_in[:1] == ["--gambit-window-probe"]:  # the self-test's window check, in a bundle
+        from gambit.ui.window_probe import child_main as window_child_main
+
+        return window_child_main()
     if "--self-test" in args_in:
         from gambit.logs import install_crash_handler
         from gambit.selftest import main as selftest_main
