@@ -21,7 +21,7 @@ from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import DrafterKind, Engine, EngineConfig
 from gambit.errors import GambitError
 from gambit.models.commands import add_models_parser, run_models
-from gambit.models.default_model import Progress, default_model_path
+from gambit.models.default_model import NO_COUNTS, Progress, default_model_path
 from gambit.storage.paths import cache_dir, resources_dir
 
 
@@ -235,6 +235,10 @@ def _stderr_progress(what: str = "Preparing the default model") -> Progress:
     state = {"stage": "", "shown": -1}
 
     def report(stage: str, done: int, total: int) -> None:
+        if total == NO_COUNTS:  # pip's download: no byte counts, no stuck "0%"
+            state["stage"], state["shown"] = stage, -1
+            print(f"{what}: {stage} (no progress reported)…", file=sys.stderr, flush=True)
+            return
         pct = int(100 * done / total) if total else 100
         if not live and stage == state["stage"] and pct < 100:
             return

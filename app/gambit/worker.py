@@ -172,11 +172,12 @@ class EngineWorker(QObject):
         return request.make_config(target, draft)
 
     def _default_model(self) -> Path:
-        from gambit.models.default_model import default_model_path
+        from gambit.models.default_model import default_model_path, describe_progress
 
         def progress(stage: str, done: int, total: int) -> None:
-            pct = int(100 * done / total) if total else 100
-            self.load_progress.emit(f"Preparing the default model: {stage} {pct}%")
+            self.load_progress.emit(
+                f"Preparing the default model: {describe_progress(stage, done, total)}"
+            )
 
         return default_model_path(progress=progress)
 

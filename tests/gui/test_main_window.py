@@ -113,7 +113,11 @@ def test_tree_drafts_reload_the_engine_and_show_in_the_panel(
     assert drafter is not None
     assert drafter.text() == "Drafter: prompt lookup · chain"
     window.apply_settings(window.settings.with_(tree_drafts=True, tree_nodes=4))
+    # While it reloads the panel shows no stale drafter, and the status bar is busy.
+    assert window.model_label.text() == "Loading…"
+    assert drafter.isHidden() and not window.load_busy.isHidden()
     qtbot.waitUntil(lambda: window.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    assert window.load_busy.isHidden()
     assert window.engine_info is not None
     assert window.engine_info.drafter_detail == "tree, up to 4 nodes"
     assert drafter.text() == "Drafter: prompt lookup · tree, up to 4 nodes"

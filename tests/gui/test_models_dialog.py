@@ -377,6 +377,15 @@ def test_catalog_download_without_network(
     assert button.isEnabled()  # ready for another try
 
 
+def test_catalog_claims_only_what_was_verified(make_dialog: MakeDialog) -> None:
+    dialog = make_dialog()
+    dialog.tabs.setCurrentIndex(1)
+    intro = _label(dialog, "catalogIntro").text()
+    assert "known-good" not in intro.lower()  # pairs may say "Not yet verified end to end"
+    assert "Suggested" in intro and "✓" in intro
+    assert dialog.catalog_table.rowCount() >= 1
+
+
 def test_screenshot(
     qtbot: QtBot,
     make_dialog: MakeDialog,

