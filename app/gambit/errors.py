@@ -60,6 +60,10 @@ class NoChatTemplateError(GambitError):
     """The model carries no chat template, so chat messages cannot be formatted."""
 
 
+class ChatTemplateError(GambitError):
+    """The model's chat template failed: its own error, a syntax error, or a limit hit."""
+
+
 class DecodeError(GambitError):
     """llama_decode failed (out of KV slots, aborted, or a backend error)."""
 

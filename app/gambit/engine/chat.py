@@ -14,15 +14,21 @@ the new turn is evaluated.
 from __future__ import annotations
 
 import datetime
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from gambit.engine.runtime import ModelRuntime
-from gambit.errors import ContextOverflowError, NoChatTemplateError
+from gambit.engine.template_sandbox import (
+    LimitedSandbox,
+    RenderCancelledError,
+    RenderLimits,
+    TemplateLimitError,
+)
+from gambit.errors import ChatTemplateError, ContextOverflowError, NoChatTemplateError
 
 Role = Literal["system", "user", "assistant"]
 
@@ -42,21 +48,68 @@ def _strftime_now(fmt: str) -> str:
 
 
 class ChatTemplate:
-    def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    """A model's chat template, rendered in a sandbox under limits it cannot
+    escape (time, loop iterations, output size; see ``template_sandbox``).
+
+    Everything that goes wrong inside the template (its own
+    ``raise_exception``, a syntax error, a limit) is a ``ChatTemplateError``
+    naming ``model``; ``render`` with a set ``cancel`` stops at the next loop
+    step or call with ``RenderCancelledError``.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        bos_token: str = "",
+        eos_token: str = "",
+        *,
+        model: str = "this model",
+        limits: RenderLimits | None = None,
+    ) -> None:
+        self.model = model
+        self._env = env = LimitedSandbox(limits, trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
-        self._template = env.from_string(source)
+        try:
+            self._template = env.from_string(source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ChatTemplateError(
+                f"the chat template of {model} cannot be read: {exc.message} "
+                f"(line {exc.lineno}); use another model or a fixed copy of it"
+            ) from None
+        except (jinja2.TemplateError, RecursionError, MemoryError) as exc:
+            raise ChatTemplateError(
+                f"the chat template of {model} cannot be read: {_reason(exc)}"
+            ) from None
         self.bos_token = bos_token
         self.eos_token = eos_token
 
-    def render(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
-        return self._template.render(
-            messages=[{"role": m.role, "content": m.content} for m in messages],
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token,
-            eos_token=self.eos_token,
-        )
+    def render(
+        self,
+        messages: Sequence[Message],
+        add_generation_prompt: bool = True,
+        cancel: threading.Event | None = None,
+    ) -> str:
+        try:
+            return self._env.render_limited(
+                self._template,
+                cancel,
+                messages=[{"role": m.role, "content": m.content} for m in messages],
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+        except RenderCancelledError:
+            raise
+        except TemplateLimitError as exc:
+            raise ChatTemplateError(
+                f"the chat template of {self.model} was stopped: {exc}; "
+                "it is broken or hostile, use another model"
+            ) from None
+        except Exception as exc:  # the template is foreign code: any failure is its own
+            raise ChatTemplateError(
+                f"the chat template of {self.model} failed: {_reason(exc)}"
+            ) from None
 
     @classmethod
     def for_model(cls, runtime: ModelRuntime) -> ChatTemplate:
@@ -71,7 +124,20 @@ class ChatTemplate:
             source,
             bos_token=runtime.token_text(runtime.bos_token) if runtime.bos_token >= 0 else "",
             eos_token=runtime.token_text(runtime.eos_token) if runtime.eos_token >= 0 else "",
+            model=runtime.path.name,
         )
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception raised inside a template, in one line for the user."""
+    if isinstance(exc, jinja2.TemplateError) and type(exc) is jinja2.TemplateError:
+        return str(exc) or "it raised an error"  # its own raise_exception(...)
+    if isinstance(exc, RecursionError):
+        return "it recursed too deeply"
+    if isinstance(exc, MemoryError):
+        return "it ran out of memory"
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -90,12 +156,18 @@ class ChatPromptBuilder:
         self._text = ""  # text of the remembered conversation tokens
         self._tokens: list[int] = []
 
-    def build(self, messages: Sequence[Message], reserve: int) -> ChatPrompt:
+    def build(
+        self,
+        messages: Sequence[Message],
+        reserve: int,
+        cancel: threading.Event | None = None,
+    ) -> ChatPrompt:
         """Prompt tokens for ``messages``, leaving at least ``reserve`` tokens for the reply.
 
         When the conversation is too long, the oldest turns are left out (the
         system message and the last user message always stay); if even that
-        does not fit, ``ContextOverflowError`` says by how much.
+        does not fit, ``ContextOverflowError`` says by how much. A set
+        ``cancel`` stops the template (``RenderCancelledError``).
         """
         n_ctx = self.runtime.n_ctx
         reserve = max(1, min(reserve, n_ctx // 2))
@@ -104,7 +176,7 @@ class ChatPromptBuilder:
         rest = list(messages[len(system) :])
         dropped = 0
         while True:
-            text = self.template.render([*system, *rest])
+            text = self.template.render([*system, *rest], cancel=cancel)
             tokens = self._tokenize(text)
             if len(tokens) <= budget:
                 return ChatPrompt(tokens, text, dropped)

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Literal
 
 from gambit.engine.chat import ChatPromptBuilder, Message
 from gambit.engine.controller import CostModel, GammaController, PolicyMode, calibrate
-from gambit.engine.decoder import GenerationConfig, Round, SpeculativeDecoder
+from gambit.engine.decoder import GenerationConfig, Round, SpeculativeDecoder, StopReason
 from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
+from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.errors import ModelFileError
 
 if TYPE_CHECKING:
@@ -226,7 +227,11 @@ class Engine:
     ) -> Iterator[Round]:
         """Stream the assistant's reply to ``messages``, one round at a time."""
         builder = self.chat_builder
-        prompt = builder.build(messages, reserve=config.max_tokens)
+        try:
+            prompt = builder.build(messages, reserve=config.max_tokens, cancel=cancel)
+        except RenderCancelledError:  # stopped while the chat template rendered
+            yield Round(0, (), "", 0, 0, 0, (), 0.0, 0.0, 0.0, stop=StopReason.CANCELLED)
+            return
         if prompt.n_dropped:
             log.info("left out the %d oldest messages to fit the context", prompt.n_dropped)
         try:
