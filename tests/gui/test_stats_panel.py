@@ -386,6 +386,15 @@ def test_engine_line_shows_the_drafter_shape(panel: StatsPanel) -> None:
     assert not visible(panel, "drafterValue") and not visible(panel, "backendValue")
 
 
+def test_engine_line_shows_the_chosen_kernels(panel: StatsPanel) -> None:
+    assert not visible(panel, "kernelsValue")
+    line = "plain weights, Q8_0 KV cache, batch-invariant: greedy output as plain decoding"
+    panel.set_engine(engine_info(kernels=line))
+    assert text(panel, "kernelsValue") == f"Kernels: {line}"
+    panel.set_engine(None)  # a failed load leaves no stale verdict behind
+    assert not visible(panel, "kernelsValue")
+
+
 def test_screenshot(qtbot: QtBot, panel: StatsPanel, tmp_path: Path) -> None:
     panel.set_engine(engine_info())
     for i in range(1, 41):

@@ -138,7 +138,10 @@ def test_greedy_tree_is_token_identical(
     rt_tree: ModelRuntime, rt_q4_1: ModelRuntime, drafter_kind: str, gamma: int, side: int
 ) -> None:
     plain = SpeculativeDecoder(rt_tree)
-    drafter = DraftModelDrafter(rt_q4_1) if drafter_kind == "draft" else PromptLookupDrafter()
+    # 1-token matches too: they give the lookup trie its side branches
+    drafter = (
+        DraftModelDrafter(rt_q4_1) if drafter_kind == "draft" else PromptLookupDrafter(ngram_min=1)
+    )
     spec = SpeculativeDecoder(rt_tree, drafter, FixedGamma(gamma, side))
     n_side = 0
     for text in PROMPTS:
