@@ -283,7 +283,9 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
         for drafter in args.drafters:
             try:
                 cells, costs, kernels = run_pair(args, target, drafter, log)
-            except GambitError as exc:
+            except (GambitError, ValueError, OSError) as exc:
+                # One pair that cannot run (no layer-skip draft worth it, a
+                # full disk) must not cost the rest of a half-hour run.
                 log(f"{ftype} + {drafter}: skipped ({exc})")
                 report["pairs"].append({"target": ftype, "drafter": drafter, "skipped": str(exc)})
                 continue

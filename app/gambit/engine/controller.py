@@ -11,10 +11,13 @@ a batch of k tokens *on this machine* (on a CPU it grows with k; on a GPU it
 barely does). Plain decoding yields 1 token per t_target(1). The policy picks
 the γ in 0..γ_max with the best expected rate; γ = 0 means speculation off.
 
-While off, nothing is learned about acceptance, so the policy probes: a short
-draft every N tokens, N doubling while probes keep failing, back to the base
-interval when one succeeds. Hysteresis (switch on above +5 %, off below
-±0 %) keeps it from flapping on noise.
+While off, nothing is learned about acceptance, so the policy probes: a
+draft of the length that would pay best if every token landed, as often as
+keeps probing under 3 % of the plain decoding time (a failed probe wastes its
+draft and the larger batch; a draft model must first re-read what it
+skipped, so its probes mostly come at the start of a reply, with the draft
+prepared during prompt processing). Hysteresis (switch on above +5 %, off
+below ±0 %) keeps it from flapping on noise.
 
 Token trees add a second knob, w side nodes next to the main chain of γ.
 Their worth is measured the same way: ``side_gain`` is the running mean of
