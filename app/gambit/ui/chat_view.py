@@ -2,18 +2,37 @@
 
 Finished messages are rendered once; the streaming reply is re-rendered in
 place (from a saved cursor position to the end) on the window's repaint
-timer, never once per token.
+timer, never once per token. Messages are Markdown (``markdown.render``, Qt's
+own reader). Links open in the system browser (http, https and mailto only:
+replies are untrusted text), never inside the app; a code block's "Copy" link
+puts its code on the clipboard.
 """
 
 from __future__ import annotations
 
-import html
+import logging
 from dataclasses import dataclass, field
+from typing import Final
 
-from PySide6.QtGui import QTextCursor
+from PySide6.QtCore import QUrl, Slot
+from PySide6.QtGui import (
+    QColor,
+    QDesktopServices,
+    QFont,
+    QGuiApplication,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocumentFragment,
+)
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from gambit.ui import markdown
+
+log = logging.getLogger(__name__)
+
+OPENABLE_SCHEMES: Final = frozenset({"http", "https", "mailto"})
+MESSAGE_GAP: Final = 14  # px under each message
 
 
 @dataclass
@@ -28,7 +47,9 @@ class ChatView(QTextBrowser):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("chatView")
-        self.setOpenExternalLinks(True)
+        self.setOpenLinks(False)  # every click comes to _on_anchor_clicked
+        self.setOpenExternalLinks(False)
+        self.anchorClicked.connect(self._on_anchor_clicked)
         self.setPlaceholderText("Start the conversation below.")
         self.document().setDocumentMargin(16)
         self.highlight_drafted = True
@@ -36,6 +57,8 @@ class ChatView(QTextBrowser):
         self._streaming: ChatMessage | None = None
         self._stream_anchor = 0
         self._stream_dirty = False
+        self._code: dict[str, str] = {}  # copy address -> code block text
+        self.last_copied = ""
 
     # ---- whole conversation
     def set_messages(self, messages: list[ChatMessage]) -> None:
@@ -47,7 +70,7 @@ class ChatView(QTextBrowser):
         self.messages.append(message)
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.insertHtml(self._message_html(message))
+        self._insert_message(cursor, message, len(self.messages) - 1)
         self._scroll_to_end()
 
     def set_highlight(self, on: bool) -> None:
@@ -92,9 +115,12 @@ class ChatView(QTextBrowser):
     def _render_all(self) -> None:
         bar = self.verticalScrollBar()
         at_end = bar.value() >= bar.maximum() - 4
-        self.setHtml(
-            "".join(self._message_html(m) for m in self.messages if m is not self._streaming)
-        )
+        self.clear()
+        self._code.clear()
+        cursor = QTextCursor(self.document())
+        for index, m in enumerate(self.messages):
+            if m is not self._streaming:
+                self._insert_message(cursor, m, index)
         if self._streaming is not None:
             cursor = QTextCursor(self.document())
             cursor.movePosition(QTextCursor.MoveOperation.End)
@@ -113,31 +139,63 @@ class ChatView(QTextBrowser):
         cursor.setPosition(self._stream_anchor)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
-        cursor.insertHtml(self._message_html(reply, streaming=not final))
+        self._insert_message(cursor, reply, self.messages.index(reply), streaming=not final)
         self._stream_dirty = False
         if at_end:
             self._scroll_to_end()
 
-    def _message_html(self, m: ChatMessage, streaming: bool = False) -> str:
+    def _insert_message(
+        self, cursor: QTextCursor, m: ChatMessage, index: int, streaming: bool = False
+    ) -> None:
+        """Insert ``m`` at ``cursor`` (at the end of the document): name, body, footer."""
         who = {"user": "You", "assistant": "Gambit", "system": "System"}.get(m.role, m.role)
         colour = "#3b82f6" if m.role == "user" else "#10b981"
         if m.role == "assistant":
             # while streaming, a caret at the end of the text shows it is still coming
-            text = m.text + "▍" if streaming else m.text
-            body = markdown.render(text, m.drafted, self.highlight_drafted)
+            text = m.text + markdown.CARET if streaming else m.text
+            body = markdown.render(text, m.drafted, self.highlight_drafted, key=str(index))
         else:
-            body = markdown.render(m.text, None, False)
-        footer = (
-            f"<p style='color:#9ca3af; font-size:85%; margin:2px 0 0 0'>{html.escape(m.footer)}</p>"
-            if m.footer
-            else ""
-        )
-        return (
-            "<table width='100%' cellspacing='0' cellpadding='0' "
-            "style='margin-bottom:14px'><tr><td>"
-            f"<p style='font-weight:600; color:{colour}; margin:0 0 4px 0'>{who}</p>"
-            f"{body}{footer}</td></tr></table>"
-        )
+            body = markdown.render(m.text, None, False, key=str(index))
+        self._code.update(body.code_blocks)
+
+        if cursor.position() > 0:  # below the previous message
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        name = QTextCharFormat()
+        name.setFontWeight(QFont.Weight.DemiBold)
+        name.setForeground(QColor(colour))
+        heading = QTextBlockFormat()
+        heading.setBottomMargin(4)
+        cursor.setBlockFormat(heading)
+        cursor.insertText(who, name)
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        body_start = cursor.position()
+        cursor.insertFragment(QTextDocumentFragment(body.document))
+        first = self.document().findBlock(body_start)
+        if first.length() == 1 and first.textList() is None and body_start < cursor.position():
+            # a body opening with a list or a table left an empty line under the name
+            QTextCursor(first).deletePreviousChar()
+        if m.footer:
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            footer = QTextCharFormat()
+            footer.setForeground(QColor("#9ca3af"))
+            footer.setFontPointSize(max(6.0, self.font().pointSizeF() * 0.85))
+            cursor.insertText(m.footer, footer)
+        gap = cursor.blockFormat()
+        gap.setBottomMargin(MESSAGE_GAP)
+        cursor.setBlockFormat(gap)
+
+    @Slot(QUrl)
+    def _on_anchor_clicked(self, url: QUrl) -> None:
+        if url.scheme() == markdown.COPY_SCHEME:
+            code = self._code.get(url.path())
+            if code is not None:
+                QGuiApplication.clipboard().setText(code)
+                self.last_copied = code
+            return
+        if url.scheme().lower() in OPENABLE_SCHEMES:
+            QDesktopServices.openUrl(url)  # the system browser, never inside the app
+        else:
+            log.info("link not opened (scheme %r): %s", url.scheme(), url.toDisplayString())
 
     def _scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()
