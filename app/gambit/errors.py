@@ -68,5 +68,9 @@ class DecodeError(GambitError):
     """llama_decode failed (out of KV slots, aborted, or a backend error)."""
 
 
+class DecodeAbortedError(DecodeError):
+    """llama_decode stopped midway because its abort event was set (Stop, Ctrl-C, close)."""
+
+
 class ProvisioningError(GambitError):
     """The embedded default model could not be obtained or failed its checks."""

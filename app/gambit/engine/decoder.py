@@ -32,7 +32,7 @@ from gambit.engine.runtime import FloatRows, ModelRuntime, common_prefix_length
 from gambit.engine.sampling import Distribution, SamplingParams, process
 from gambit.engine.tree import DraftTree
 from gambit.engine.verify import speculative_sample, verify_tree
-from gambit.errors import ContextOverflowError
+from gambit.errors import ContextOverflowError, DecodeAbortedError
 
 
 class StopReason(str, enum.Enum):
@@ -271,13 +271,26 @@ class SpeculativeDecoder:
             common_prefix_length(target.kv_tokens, prompt),
         )
         target.truncate(keep)
-        target.decode(prompt[keep:-1])
-        # Prompt processing includes the drafter's, when it is about to draft:
-        # a draft model reads the prompt here, not inside the first round.
-        ready = self.drafter is not None and self.speculation_enabled and self.policy.drafts_soon()
-        if ready:
-            assert self.drafter is not None
-            self.drafter.prepare(prompt)
+        # Stop / Ctrl-C / closing stop a long prompt midway (llama.cpp's abort callback).
+        runtimes = [target, *[r for r in [getattr(self.drafter, "runtime", None)] if r]]
+        for rt in runtimes:
+            rt.abort = cancel
+        try:
+            target.decode(prompt[keep:-1])
+            # Prompt processing includes the drafter's, when it is about to draft:
+            # a draft model reads the prompt here, not inside the first round.
+            ready = (
+                self.drafter is not None and self.speculation_enabled and self.policy.drafts_soon()
+            )
+            if ready:
+                assert self.drafter is not None
+                self.drafter.prepare(prompt)
+        except DecodeAbortedError:
+            yield self._final(0, _TextStream(config.stop_strings), StopReason.CANCELLED, t_start)
+            return
+        finally:
+            for rt in runtimes:
+                rt.abort = None
         self.policy.start_reply(len(prompt), ready)
         self.last_prefill_s = time.perf_counter() - t_start
         context = list(prompt)

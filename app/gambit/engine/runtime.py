@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from gambit.engine.kernels import EXACT, LLAMA_DEFAULT, KernelConfig
 from gambit.engine.limits import threads_problem
-from gambit.errors import ContextOverflowError, DecodeError, ModelLoadError
+from gambit.errors import ContextOverflowError, DecodeAbortedError, DecodeError, ModelLoadError
 from gambit.models.gguf_file import check_model_file
 
 log = logging.getLogger("gambit.llama")
@@ -78,6 +78,10 @@ _threadpools: dict[int, int | None] = {}
 
 GGML_TYPE_Q8_0 = 8  # ggml.h enum ggml_type
 LLAMA_FLASH_ATTN_ENABLED = 1  # llama.h enum llama_flash_attn_type
+# Decodes of this many tokens or more (prompt processing) can be aborted: llama.cpp
+# calls the callback between graph nodes, a cost only long decodes hide.
+ABORTABLE_TOKENS = 16
+_NO_ABORT = ll.ggml_abort_callback()  # a NULL callback
 
 
 def shared_threadpool(n_threads: int) -> int | None:
@@ -182,6 +186,10 @@ class ModelRuntime:
         self._model: Any = None
         self._ctx: Any = None
         self._batch: Any = None
+        # While set to an event, a decode of ABORTABLE_TOKENS or more stops
+        # midway once it is set (llama_decode returns 2: DecodeAbortedError).
+        self.abort: threading.Event | None = None
+        self._abort_cb = ll.ggml_abort_callback(self._aborted)  # (kept alive with us)
 
         check_model_file(self.path)
         ensure_backend()
@@ -283,6 +291,23 @@ class ModelRuntime:
         n_logits = min(n_logits, n)
         if n_logits > 1 and n > self.n_batch:
             raise ValueError(f"cannot return logits for {n} tokens in one batch of {self.n_batch}")
+        abortable = self.abort is not None and n >= ABORTABLE_TOKENS
+        if abortable:  # llama.cpp asks between graph nodes: only worth it for long decodes
+            ll.llama_set_abort_callback(self._ctx, self._abort_cb, None)
+        try:
+            self._decode_chunks(tokens, n_logits, start)
+        finally:
+            if abortable:
+                ll.llama_set_abort_callback(self._ctx, _NO_ABORT, None)
+        self.kv_tokens.extend(tokens)
+        return max(n_logits, 1)
+
+    def _aborted(self, _data: object) -> bool:
+        event = self.abort
+        return event is not None and event.is_set()
+
+    def _decode_chunks(self, tokens: list[int], n_logits: int, start: int) -> None:
+        n = len(tokens)
         batch = self._batch
         # Index the batch's arrays through pointers fetched once (in __init__):
         # each `batch.token` attribute read builds a new ctypes object.
@@ -311,8 +336,6 @@ class ModelRuntime:
                 ll.llama_memory_seq_rm(self._mem, 0, kept, -1)
                 self.kv_tokens = (self.kv_tokens + tokens[: chunk_start + m])[:kept]
                 raise _decode_error(rc)
-        self.kv_tokens.extend(tokens)
-        return max(n_logits, 1)
 
     def logits(self, row: int) -> npt.NDArray[np.float32]:
         """Row ``row`` of the last decode's logits, a view into llama.cpp's buffer.
@@ -548,7 +571,9 @@ class ModelRuntime:
 
 
 def _decode_error(rc: int) -> DecodeError:
-    reason = {1: "no free KV slot (context full)", 2: "aborted"}.get(rc, "backend error")
+    if rc == 2:
+        return DecodeAbortedError("llama_decode was stopped (aborted)")
+    reason = {1: "no free KV slot (context full)"}.get(rc, "backend error")
     return DecodeError(f"llama_decode failed with code {rc}: {reason}")
 
 
