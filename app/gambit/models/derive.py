@@ -4,10 +4,11 @@ Re-quantizing a target to fewer bits gives a draft with the very same
 tokenizer (a "quantized self-draft"); re-quantizing up (Q4 -> Q8_0/F16) gives a
 larger target for tests and comparisons.
 
-``derive_draft`` runs the quantizer in a child process (``python -m
-gambit.models.derive SRC DST TYPE``), so that it can be cancelled at any time
-(the child is terminated and its partial file removed) and its progress read
-from the growing output file, without holding the caller's thread in C code.
+``derive_draft`` runs the quantizer in a child process (``python -I -m
+gambit.models.derive SRC DST TYPE``, which ends when its parent does), so
+that it can be cancelled at any time (the child is terminated and its partial
+file removed) and its progress read from the growing output file, without
+holding the caller's thread in C code.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatib
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads, ensure_backend
 from gambit.engine.sampling import SamplingParams
 from gambit.errors import GambitError
+from gambit.models.child_process import child_env, exit_with_parent, module_command
 from gambit.models.default_model import Progress
 from gambit.models.gguf_file import GGUFHeader, check_model_file
 from gambit.models.library import ModelLibrary
@@ -234,9 +236,11 @@ def _run_quantizer(
     cancel: threading.Event | None,
 ) -> None:
     partial = _partial_path(dest)
-    cmd = [sys.executable, "-m", "gambit.models.derive", str(src), str(dest), ftype]
+    cmd = [*module_command("gambit.models.derive"), str(src), str(dest), ftype]
     with tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=errors, stderr=errors)
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=errors, stderr=errors, env=child_env()
+        )
         finished = False
         try:
             if progress:
@@ -313,6 +317,8 @@ def _child_main(argv: Sequence[str]) -> int:
     import logging
 
     logging.getLogger("gambit.llama").setLevel(logging.ERROR)
+    # A killed parent cannot stop or clean up after us: end, and take the partial file along.
+    exit_with_parent(lambda: _partial_path(Path(argv[1])).unlink(missing_ok=True))
     try:
         requantize(argv[0], argv[1], argv[2])
     except GambitError as exc:

@@ -17,6 +17,7 @@ from pathlib import Path
 _T_START = time.time()  # the earliest timestamp we have (the self-test's fallback)
 
 from gambit import __version__  # noqa: E402  (after the timestamp, on purpose)
+from gambit.models.child_process import BUNDLE_FLAGS, run_bundled  # noqa: E402
 from gambit.storage.paths import resources_dir  # noqa: E402
 
 ICON_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
@@ -60,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gambit.engine.kernels import child_main
 
         return child_main(args_in[1:])
+    if args_in[:1] and args_in[0] in BUNDLE_FLAGS:  # a bundle starts itself as pip / derive
+        return run_bundled(args_in[0], args_in[1:])
     if args_in[:1] == ["--gambit-window-probe"]:  # the self-test's window check, in a bundle
         from gambit.ui.window_probe import child_main as window_child_main
 
