@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -358,4 +359,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"gambit-cli: invalid setting: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("gambit-cli: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as other tools do on SIGPIPE,
+        # with stdout on /dev/null so that Python's flush at exit cannot complain.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     parser.error(f"unknown command {args.command}")
