@@ -318,6 +318,12 @@ def run_selftest(
         for line in about_lines():
             key, _, value = line.partition(": ")
             report(key, value)
+        from gambit.storage.check import check_storage
+
+        storage = check_storage()
+        for what, finding in storage.lines:
+            report(what, finding)
+        problems.extend(storage.problems)
         if args.gpu_layers is None:
             from gambit.engine.backend import detect_backend
 

@@ -225,3 +225,15 @@ def test_native_crash_leaves_a_traceback(tmp_path: Path) -> None:
     text = (tmp_path / "logs" / "crashes" / "native.log").read_text()
     assert "Fatal Python error: Segmentation fault" in text
     assert "string_at" in text or "<string>" in text
+
+
+def test_selftest_reports_a_damaged_settings_file(smol_q4_1: Path, tmp_path: Path) -> None:
+    settings = tmp_path / "config" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{"threads": 2, ', encoding="utf-8")  # cut short
+    proc = _run(["-m", "gambit.selftest", "--target", str(smol_q4_1), *FAST, "--no-qt"], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    info = _lines(proc.stdout)
+    assert info["settings"].startswith("PROBLEM:") and "set it aside" in info["settings"]
+    assert info["result"].startswith("FAIL") and "settings:" in info["result"]
+    assert info["history"].endswith("(not created yet)")

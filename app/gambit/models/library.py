@@ -86,7 +86,7 @@ class ModelLibrary:
         index_path: str | os.PathLike[str] | None = None,
         models_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.index_path = Path(index_path) if index_path else paths.data_dir() / "library.json"
+        self.index_path = Path(index_path) if index_path else paths.library_index()
         self.models_dir = Path(models_dir) if models_dir else paths.models_dir()
         # What went wrong reading the index (it was damaged and set aside), as
         # sentences for the user; the CLI and the models dialog show them.

@@ -27,6 +27,11 @@ def models_dir() -> Path:
     return data_dir() / "models"
 
 
+def library_index() -> Path:
+    """The model library's index (gambit.models.library)."""
+    return data_dir() / "library.json"
+
+
 def config_dir() -> Path:
     home = _home()
     return (
