@@ -131,7 +131,22 @@ def _run_gui(qt_args: list[str]) -> int:
     window = MainWindow(SettingsStore(), history.store, history_notice=history.notice)
     window.show()
     window.load_engine()
-    return app.exec()
+    code = app.exec()
+    if window.worker_thread.thread.isRunning():
+        # The engine is inside a native call that cannot be interrupted (a
+        # model load, a decode) and did not return within the close timeout.
+        # The reply and the history were saved and closed by closeEvent;
+        # letting Python tear down a running QThread would abort the process
+        # ("QThread: Destroyed while thread is still running"), so end it here.
+        import logging
+        import os
+
+        logging.getLogger(__name__).warning(
+            "the engine thread did not stop in time; ending the process (all was saved)"
+        )
+        logging.shutdown()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":
