@@ -178,7 +178,7 @@ def kernel_lines() -> list[str]:
     from gambit.storage.paths import models_dir
     from gambit.storage.settings import SettingsStore
 
-    settings = SettingsStore().load()
+    settings = SettingsStore().load(repair=False)
     target = settings.target_path() or bundled_model_path() or models_dir() / DEFAULT_MODEL_FILE
     if not target.is_file():
         return ["kernels: not probed yet (no model on disk)"]

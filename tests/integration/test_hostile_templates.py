@@ -173,16 +173,14 @@ def test_ctrl_c_stops_a_slow_template_in_the_cli(
     try:
         # The template then runs for 10 s unless stopped: stop it in the middle.
         time.sleep(load_s + 2)
-        t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
-        stopped_after = time.monotonic() - t0
     finally:
         proc.kill()
     assert "Traceback" not in err
     assert proc.returncode == 130, err
+    # Ctrl-C, not the 10 s deadline, ended it: the deadline exits 2 with a message.
     assert "stop: cancelled" in err
-    assert stopped_after < 8  # (on a busy machine); the deadline would end it with exit 2
 
 
 def test_engine_stop_during_rendering_ends_the_reply_cancelled(

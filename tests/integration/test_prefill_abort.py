@@ -48,15 +48,13 @@ def test_stop_during_prefill_cancels_the_reply(
         cancel = threading.Event()
         timer = threading.Timer(full_s / 10, cancel.set)
         timer.start()
-        t0 = time.monotonic()
         rounds = list(decoder.generate(prompt, GREEDY, cancel))
-        stopped_s = time.monotonic() - t0
         timer.cancel()
 
         assert [r.stop for r in rounds] == [StopReason.CANCELLED]
         assert rounds[0].tokens == ()
-        assert stopped_s < full_s / 2, (stopped_s, full_s)
-        # What we think the cache holds is what it holds (less than the prompt).
+        # It stopped inside the prompt: what we think the cache holds is what
+        # it holds, and that is less than the prompt.
         assert len(target.kv_tokens) == _cache_length(target) < len(prompt) - 1
         assert target.kv_tokens == prompt[: len(target.kv_tokens)]
         assert target.abort is None and draft.abort is None  # only during the prompt

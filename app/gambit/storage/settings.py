@@ -338,10 +338,14 @@ class SettingsStore:
         self.path = path if path is not None else paths.config_dir() / "settings.json"
         # What the last load() could not use, as sentences for the user.
         self.load_errors: list[str] = []
+        self._repair = True
 
-    def load(self) -> Settings:
-        """The saved settings; the defaults for whatever is missing or unusable."""
+    def load(self, *, repair: bool = True) -> Settings:
+        """The saved settings; the defaults for whatever is missing or unusable.
+        ``repair`` False: leave a damaged file where it is (``--about`` and the
+        self-test only look; the app sets it aside at start)."""
         self.load_errors = []
+        self._repair = repair
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -393,6 +397,9 @@ class SettingsStore:
 
     def _damaged(self, reason: str) -> Settings:
         message = f"The settings file {self.path} is damaged ({reason}); using the default settings"
+        if not self._repair:
+            self.load_errors.append(message + ".")
+            return Settings()
         try:
             aside = move_aside(self.path)
         except OSError as exc:
