@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pytest
 from PySide6.QtCore import QObject, Signal
 from pytestqt.qtbot import QtBot
@@ -201,3 +202,53 @@ def test_layer_skip_search_stops_on_cancel_and_on_close(
         assert started.wait(10)
     finally:
         assert thread.stop(timeout_ms=10_000)
+
+
+# -- soak: hundreds of turns must leave memory and file descriptors where they were
+SOAK_TURNS = 220
+SOAK_WARM_UP = 20  # allocators and caches settle first
+SOAK_CONFIG = GenerationConfig(max_tokens=6, sampling=SamplingParams(temperature=0.7, seed=None))
+SOAK_PROMPTS = [
+    "Name a colour.",
+    "Repeat: the quick brown fox jumps over the lazy dog.",
+    "Count from one to five.",
+    "Say hello in French.",
+]
+
+
+def test_hundreds_of_turns_leak_neither_memory_nor_files(
+    qtbot: QtBot, worker: tuple[WorkerThread, Requests], smol_q8_0: Path, smol_q4_1: Path
+) -> None:
+    thread, requests = worker
+    outcomes: list[Any] = []
+    thread.worker.loaded.connect(outcomes.append)
+    thread.worker.load_failed.connect(outcomes.append)
+    thread.worker.finished.connect(outcomes.append)
+    thread.worker.failed.connect(lambda message, _partial: outcomes.append(message))
+    config = EngineConfig(
+        target=smol_q8_0, drafter="draft", draft=smol_q4_1,
+        target_options=RuntimeOptions(n_ctx=512, n_threads=2),
+    )  # fmt: skip
+    requests.load.emit(config, None)
+    qtbot.waitUntil(lambda: bool(outcomes), timeout=120_000)
+    assert isinstance(outcomes.pop(), EngineInfo)
+
+    proc = psutil.Process()
+    rss = fds = 0
+    for turn in range(SOAK_TURNS):
+        if turn == SOAK_WARM_UP:
+            rss, fds = proc.memory_info().rss, proc.num_fds()
+        # Turns alternate between conversations, as a user switching chats does.
+        history = [Message("user", SOAK_PROMPTS[turn % len(SOAK_PROMPTS)])]
+        if turn % 3 == 0:
+            history = [Message("user", "Hi"), Message("assistant", "Hello!"), *history]
+        requests.generate.emit(history, SOAK_CONFIG)
+        qtbot.waitUntil(lambda: bool(outcomes), timeout=60_000)
+        result = outcomes.pop()
+        assert isinstance(result, ReplyResult), result
+        assert result.text or result.stop
+    grown_mib = (proc.memory_info().rss - rss) / 2**20
+    assert grown_mib < 32, (
+        f"resident memory grew {grown_mib:.1f} MiB over {SOAK_TURNS - SOAK_WARM_UP} turns"
+    )
+    assert proc.num_fds() <= fds + 2
