@@ -32,7 +32,7 @@ from gambit.models.gguf_file import check_model_file
 from gambit.models.info import ModelInfo, inspect_model
 from gambit.models.pairing import compatible_drafts
 from gambit.storage import paths
-from gambit.storage.files import make_private_dirs, move_aside, write_atomic
+from gambit.storage.files import make_private_dirs, set_aside, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -425,12 +425,7 @@ class ModelLibrary:
         """Keep the damaged index for inspection and start over: a rescan finds
         the files in the folders again."""
         message = f"The model library index {self.index_path} was damaged ({reason})"
-        try:
-            aside = move_aside(self.index_path)
-        except OSError as exc:
-            message += f"; it could not be moved aside ({exc.strerror or exc})"
-        else:
-            message += f"; it was kept as {aside.name}"
+        message += f"; {set_aside(self.index_path)}"
         message += ". The library starts empty: folders are scanned again, files imported one "
         message += "by one must be imported again."
         log.warning("%s", message)

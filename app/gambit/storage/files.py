@@ -79,3 +79,13 @@ def move_aside(path: Path, now: dt.datetime | None = None) -> Path:
         aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
     os.replace(path, aside)
     return aside
+
+
+def set_aside(path: Path) -> str:
+    """``move_aside``, and the words for the user: where the damaged file went,
+    or why it stayed."""
+    try:
+        aside = move_aside(path)
+    except OSError as exc:
+        return f"it could not be moved aside ({exc.strerror or exc})"
+    return f"it was kept as {aside.name}"

@@ -33,7 +33,7 @@ from gambit.engine.session import (
 )
 from gambit.errors import GambitError
 from gambit.storage import paths
-from gambit.storage.files import move_aside, write_atomic
+from gambit.storage.files import set_aside, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -400,12 +400,7 @@ class SettingsStore:
         if not self._repair:
             self.load_errors.append(message + ".")
             return Settings()
-        try:
-            aside = move_aside(self.path)
-        except OSError as exc:
-            message += f" (it could not be moved aside: {exc.strerror or exc})."
-        else:
-            message += f". The damaged file was kept as {aside.name}."
+        message += f"; {set_aside(self.path)}."
         log.warning("%s", message)
         self.load_errors.append(message)
         return Settings()
