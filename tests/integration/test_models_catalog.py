@@ -28,6 +28,7 @@ import pytest
 
 from gambit.errors import GambitError
 from gambit.models.catalog import CatalogFile, CatalogPair, download, find_pair, load_catalog
+from gambit.models.checksum import ChecksumError
 from gambit.models.info import inspect_model
 from gambit.models.library import ModelLibrary
 
@@ -59,6 +60,11 @@ class Hub:
     files: dict[str, bytes]
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     drop_first_get: dict[str, int] = field(default_factory=dict)  # path -> bytes sent
+    # path -> bytes a GET sends instead of the file (HEAD and ETag still describe the file)
+    tamper: dict[str, bytes] = field(default_factory=dict)
+
+    def sha256(self, path: str) -> str:
+        return hashlib.sha256(self.files[path]).hexdigest()
 
 
 @pytest.fixture
@@ -112,6 +118,7 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
                 self.wfile.write(body)
                 return
             self._headers(200, data, len(data))
+            data = state.tamper.get(self.path, data)
             if self.path in state.drop_first_get:
                 cut = state.drop_first_get.pop(self.path)
                 self.wfile.write(data[:cut])  # then the connection drops
@@ -136,7 +143,11 @@ def hub(tmp_path: Path) -> Iterator[Hub]:
         server.server_close()
 
 
-def _pair(tmp_path: Path, hub: Hub) -> CatalogPair:
+TARGET = "/test/target-GGUF/resolve/main/target.gguf"
+DRAFT = "/test/draft-GGUF/resolve/main/draft.gguf"
+
+
+def _pair(tmp_path: Path, hub: Hub, target_sha256: str | None = None) -> CatalogPair:
     catalog = {
         "version": 1,
         "pairs": [
@@ -144,9 +155,11 @@ def _pair(tmp_path: Path, hub: Hub) -> CatalogPair:
                 "name": "tiny",
                 "description": "two tiny files on the local test hub",
                 "target": {"repo": "test/target-GGUF", "filename": "target.gguf",
+                           "sha256": hub.sha256(TARGET) if target_sha256 is None
+                           else target_sha256,
                            "size_mb": 1, "params": "16K"},
                 "draft": {"repo": "test/draft-GGUF", "filename": "draft.gguf",
-                          "size_mb": 1, "params": "2K"},
+                          "sha256": hub.sha256(DRAFT), "size_mb": 1, "params": "2K"},
                 "verified": False,
             }
         ],
@@ -165,11 +178,21 @@ def test_the_catalog() -> None:
     pairs = load_catalog()
     assert len(pairs) >= 4
     assert len({p.name for p in pairs}) == len(pairs)
+    unpinned = []
     for p in pairs:
         assert not p.verified  # nothing could be downloaded here (models/README.md)
         for f in (p.target, p.draft):
             assert f.repo.count("/") == 1 and f.filename.endswith(".gguf")
+            assert f.sha256 == "" or re.fullmatch(r"[0-9a-f]{64}", f.sha256)
+            if not (f.pinned and f.sha256):
+                unpinned.append(f.filename)
         assert p.draft.size_mb < p.target.size_mb
+    # the entries models/README.md lists as not fully pinned, and no others
+    assert sorted(unpinned) == [
+        "Qwen2.5-0.5B-Instruct-Q8_0.gguf",  # a hash, on "main"
+        "google_gemma-3-270m-it-Q8_0.gguf",  # no hash: not downloaded
+        "google_gemma-3-4b-it-Q4_K_M.gguf",
+    ]
     names = {p.name for p in pairs}
     assert {"qwen2.5-7b", "llama-3.2-3b", "smollm2-1.7b", "gemma-3-4b"} <= names
     with pytest.raises(GambitError, match="no catalog entry named 'nope'"):
@@ -184,13 +207,14 @@ def test_download_a_pair(
     seen: list[tuple[str, int, int]] = []
     target, draft = download(pair, lambda *a: seen.append(a), library=lib)
     assert target == lib.models_dir / "target.gguf" and draft == lib.models_dir / "draft.gguf"
-    assert target.read_bytes() == hub.files["/test/target-GGUF/resolve/main/target.gguf"]
-    assert draft.read_bytes() == hub.files["/test/draft-GGUF/resolve/main/draft.gguf"]
+    assert target.read_bytes() == hub.files[TARGET]
+    assert draft.read_bytes() == hub.files[DRAFT]
     for path in (target, draft):
         size = path.stat().st_size
-        stage = f"downloading {path.name}"
-        assert (stage, size, size) in seen
-        assert [d for s, d, _ in seen if s == stage] == sorted(d for s, d, _ in seen if s == stage)
+        for stage in (f"downloading {path.name}", f"verifying {path.name}"):
+            assert (stage, size, size) in seen
+            done = [d for s, d, _ in seen if s == stage]
+            assert done == sorted(done)
     # both in the library, the draft registered for the target
     entries = {e.path.name: e for e in lib.entries()}
     assert set(entries) == {"target.gguf", "draft.gguf"}
@@ -216,7 +240,7 @@ def test_download_resumes_after_a_dropped_connection(
     path = "/test/big-GGUF/resolve/main/big.gguf"
     hub.files[path] = _tiny_gguf(tmp_path / "big.gguf", 49_152)
     hub.drop_first_get[path] = 11_000_000
-    item = CatalogFile("test/big-GGUF", "big.gguf", 13, "3M")
+    item = CatalogFile("test/big-GGUF", "big.gguf", 13, "3M", sha256=hub.sha256(path))
     pair = CatalogPair("big", "", item, item, verified=False)
     (big,) = download(pair, which="target", library=lib)
     assert big.read_bytes() == hub.files[path]
@@ -254,7 +278,68 @@ def test_missing_file_on_the_hub(
 ) -> None:
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     pair = _pair(tmp_path, hub)
-    del hub.files["/test/draft-GGUF/resolve/main/draft.gguf"]
+    del hub.files[DRAFT]
     with pytest.raises(GambitError, match="was not found on"):
         download(pair, which="draft", library=lib)
     assert lib.entries() == []
+
+
+def test_a_file_that_is_not_the_recorded_one_is_deleted(
+    tmp_path: Path, hub: Hub, lib: ModelLibrary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server says the right hash but sends other bytes: the download is
+    checked, refused, deleted, and a later try downloads the file afresh."""
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    pair = _pair(tmp_path, hub)
+    good = hub.files[TARGET]
+    hub.tamper[TARGET] = good[:-1] + bytes([good[-1] ^ 0xFF])  # one byte changed
+    with pytest.raises(ChecksumError) as info:
+        download(pair, which="target", library=lib)
+    message = str(info.value)
+    assert message.startswith("target.gguf from test/target-GGUF at revision main failed its")
+    assert f"expected {hub.sha256(TARGET)[:12]}…" in message and "was deleted" in message
+    assert not (lib.models_dir / "target.gguf").exists()
+    left = [p.name for p in lib.models_dir.rglob("target.gguf*")]
+    assert left == ["target.gguf.lock"], left  # no partial file, no record of the file
+    assert lib.entries() == []
+
+    del hub.tamper[TARGET]
+    gets = sum(1 for r in hub.requests if r[:2] == ("GET", TARGET))
+    (target,) = download(pair, which="target", library=lib)
+    assert target.read_bytes() == good
+    assert sum(1 for r in hub.requests if r[:2] == ("GET", TARGET)) == gets + 1
+
+
+def test_a_server_naming_another_file_is_refused_before_downloading(
+    tmp_path: Path, hub: Hub, lib: ModelLibrary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    pair = _pair(tmp_path, hub, target_sha256="ab" * 32)
+    with pytest.raises(GambitError, match="is not the file the catalog recorded") as info:
+        download(pair, library=lib)
+    assert f"its SHA-256 is {hub.sha256(TARGET)[:12]}…" in str(info.value)
+    assert [r for r in hub.requests if r[0] == "GET"] == []  # nothing fetched
+    assert lib.entries() == []
+
+
+def test_an_entry_without_a_hash_is_not_downloaded(
+    hub: Hub, lib: ModelLibrary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    item = CatalogFile("test/target-GGUF", "target.gguf", 1, "16K")
+    pair = CatalogPair("unpinned", "", item, item, verified=False)
+    with pytest.raises(GambitError, match="no recorded SHA-256") as info:
+        download(pair, which="target", library=lib)
+    assert "gambit-cli models import PATH" in str(info.value)
+    assert hub.requests == []
+    assert lib.entries() == []
+
+
+def test_a_damaged_hash_in_the_catalog_is_said(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.json"
+    bad = {"repo": "a/b", "filename": "x.gguf", "size_mb": 1, "sha256": "not-a-digest"}
+    path.write_text(json.dumps({"version": 1, "pairs": [
+        {"name": "x", "target": bad, "draft": bad}
+    ]}))  # fmt: skip
+    with pytest.raises(GambitError, match=r"catalog is damaged.*sha256 is not 64 hexadecimal"):
+        load_catalog(path)

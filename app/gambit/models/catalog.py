@@ -1,11 +1,18 @@
 """Known pairs of a target and a draft model, and downloading them from Hugging Face.
 
 The catalog is ``models/catalog.json`` at the top of the project (see
-``models/README.md``). Downloads go through ``huggingface_hub.hf_hub_download``
-into the models folder, so its endpoint (``HF_ENDPOINT``), proxy, token and
-offline settings apply, and an interrupted transfer is resumed with HTTP range
-requests. Without network the error says so and points to importing a file
-obtained some other way.
+``models/README.md``). Each file is pinned: a commit of its repository
+(``revision``) and the SHA-256 of the file at that commit. A download is
+checked against that hash before it is listed, and deleted if it does not
+match; an entry with no recorded hash is not downloaded at all.
+
+Downloads go through ``huggingface_hub.hf_hub_download`` into the models
+folder, so its endpoint (``HF_ENDPOINT``), proxy, token and offline settings
+apply. A connection that drops mid-transfer is picked up where it broke (HTTP
+range requests, within the same download); a download that is stopped
+(cancelled, the app closed or killed) starts over the next time, because
+huggingface_hub deletes its partial file. Without network the error says so
+and points to importing a file obtained some other way.
 """
 
 from __future__ import annotations
@@ -13,12 +20,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from gambit.errors import GambitError
+from gambit.models.checksum import is_sha256, verify_sha256
 from gambit.models.default_model import Progress
 from gambit.models.derive import check_disk_space
 from gambit.models.gguf_file import check_model_file
@@ -34,6 +43,7 @@ _CANDIDATES = (
 )
 Which = Literal["both", "target", "draft"]
 METADATA_TIMEOUT_S = 10.0
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 @dataclass(frozen=True)
@@ -42,11 +52,17 @@ class CatalogFile:
     filename: str
     size_mb: int  # approximate, for the listing and the disk-space check
     params: str  # "7.6B"
-    revision: str = "main"
+    revision: str = "main"  # a commit (40 hex digits) pins the file; a branch does not
+    sha256: str = ""  # of the file at ``revision``; without one it is not downloaded
 
     @property
     def url_path(self) -> str:
         return f"{self.repo}/resolve/{self.revision}/{self.filename}"
+
+    @property
+    def pinned(self) -> bool:
+        """At a fixed commit, so the file cannot change under the recorded hash."""
+        return _COMMIT.fullmatch(self.revision) is not None
 
 
 @dataclass(frozen=True)
@@ -90,12 +106,16 @@ def find_pair(name: str, pairs: Sequence[CatalogPair] | None = None) -> CatalogP
 
 
 def _file(raw: dict[str, Any]) -> CatalogFile:
+    sha256 = str(raw.get("sha256", "")).lower()
+    if sha256 and not is_sha256(sha256):
+        raise ValueError(f"{raw['filename']}: sha256 is not 64 hexadecimal digits")
     return CatalogFile(
         repo=str(raw["repo"]),
         filename=str(raw["filename"]),
         size_mb=int(raw["size_mb"]),
         params=str(raw.get("params", "")),
         revision=str(raw.get("revision", "main")),
+        sha256=sha256,
     )
 
 
@@ -149,7 +169,35 @@ def download_file(
     progress: Progress | None = None,
     endpoint: str | None = None,
 ) -> Path:
-    """Download one catalog file into ``dest_dir`` (resuming within the call)."""
+    """Download one catalog file into ``dest_dir`` and check it against its
+    recorded SHA-256: a file that does not match is deleted and the error says
+    so. A file with no recorded hash is refused before anything is fetched."""
+    if not item.sha256:
+        raise GambitError(
+            f"{item.filename} has no recorded SHA-256 in the catalog, so Gambit does not "
+            f"download it (it could not check what arrives). Download it yourself from "
+            f"{item.repo} on Hugging Face and add it with `gambit-cli models import PATH` "
+            "(or Import… on the Models page)."
+        )
+    path = _fetch(item, dest_dir, progress, endpoint)
+    source = f"from {item.repo} at revision {item.revision[:12]}"
+    try:
+        verify_sha256(path, item.sha256, progress, source)
+    except GambitError:
+        # huggingface_hub's record of the finished file goes too: the next try downloads
+        # the file afresh instead of trusting what was deleted.
+        (dest_dir / ".cache" / "huggingface" / "download" / f"{item.filename}.metadata").unlink(
+            missing_ok=True
+        )
+        raise
+    check_model_file(path)
+    return path
+
+
+def _fetch(
+    item: CatalogFile, dest_dir: Path, progress: Progress | None, endpoint: str | None
+) -> Path:
+    """``hf_hub_download`` into ``dest_dir``, its errors told in plain words."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -183,7 +231,8 @@ def download_file(
         # One quick HEAD first: hf_hub_download retries an unreachable host with
         # back-off for ~20 s before giving up; offline should be said at once.
         url = hf_hub_url(item.repo, item.filename, revision=item.revision, endpoint=endpoint)
-        get_hf_file_metadata(url, timeout=METADATA_TIMEOUT_S)
+        meta = get_hf_file_metadata(url, timeout=METADATA_TIMEOUT_S)
+        _refuse_another_file(item, meta.etag)
         local = hf_hub_download(
             repo_id=item.repo,
             filename=item.filename,
@@ -214,9 +263,19 @@ def download_file(
         if _is_network_error(exc):
             raise GambitError(offline) from exc
         raise
-    path = Path(local)
-    check_model_file(path)
-    return path
+    return Path(local)
+
+
+def _refuse_another_file(item: CatalogFile, etag: str | None) -> None:
+    """The Hub names a large file by its SHA-256 (its ETag): when that is not the
+    recorded one, say so before gigabytes are fetched only to be deleted."""
+    served = (etag or "").strip('"').removeprefix("W/").strip('"').lower()
+    if is_sha256(served) and served != item.sha256:
+        raise GambitError(
+            f"{item.url_path} on the server is not the file the catalog recorded (its "
+            f"SHA-256 is {served[:12]}…, the catalog's {item.sha256[:12]}…); nothing was "
+            "downloaded. The catalog entry may be out of date."
+        )
 
 
 def _is_network_error(exc: BaseException) -> bool:

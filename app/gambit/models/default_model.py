@@ -10,7 +10,6 @@ then moved into the user's models folder atomically.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from gambit.errors import ProvisioningError
+from gambit.models.checksum import file_sha256
 from gambit.models.child_process import module_command
 from gambit.models.gguf_file import check_model_file
 from gambit.storage.paths import models_dir
@@ -161,13 +161,6 @@ def _verify(path: Path, progress: Progress) -> None:
             f"the default model has the wrong size ({size:,} bytes, expected "
             f"{DEFAULT_MODEL_SIZE:,})"
         )
-    digest = hashlib.sha256()
-    done = 0
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-            done += len(chunk)
-            progress("verifying", done, size)
-    if digest.hexdigest() != DEFAULT_MODEL_SHA256:
+    if file_sha256(path, progress, "verifying") != DEFAULT_MODEL_SHA256:
         raise ProvisioningError("the default model failed its SHA-256 check (corrupt download)")
     check_model_file(path)
