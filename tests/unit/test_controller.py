@@ -25,7 +25,9 @@ def costs(
 
 
 def with_alpha(ctrl: GammaController, alpha: float) -> GammaController:
+    """As if ``alpha`` had been learned from many rounds."""
     ctrl.acceptance.alpha[:] = alpha
+    ctrl.acceptance.seen[:] = 20
     return ctrl
 
 
@@ -292,3 +294,25 @@ def test_draft_cost_counts_only_the_chain() -> None:
     rnd = tree_round(gamma=2, n_side=3, chain_accepted=2, side_gain=0, slope=0.1)
     ctrl.observe(dataclasses.replace(rnd, t_draft_s=0.008))
     assert ctrl.costs.t_draft == pytest.approx(0.004)
+
+
+def test_each_hint_learns_its_own_acceptance() -> None:
+    # Compute-bound costs, a free drafter (prompt lookup): drafts after short
+    # matches (hint 1) fail, drafts inside long copied stretches (hint 4) land.
+    ctrl = GammaController(costs(slope=0.3))
+    for _ in range(30):
+        gamma = ctrl.next_gamma(hint=1)
+        if gamma:
+            ctrl.observe(spec_round(gamma, 0, 0.0, 0.010 * (1 + 0.3 * gamma)))
+        else:
+            ctrl.observe(plain_round(0.010))
+    assert ctrl.next_gamma(hint=1) == 0
+    # The first round with a new hint is a probe, whatever the budget says ...
+    probe = ctrl.next_gamma(hint=4)
+    assert probe == ctrl.probe_gamma > 0
+    ctrl.observe(spec_round(probe, probe, 0.0, 0.010 * (1 + 0.3 * probe)))
+    # ... and what it learns switches speculation on for that hint only.
+    assert ctrl.next_gamma(hint=4) >= 4
+    assert ctrl.decision.reason.startswith("on:")
+    assert ctrl.next_gamma(hint=1) == 0
+    assert ctrl.acceptance.alpha[0] < 0.5

@@ -14,8 +14,18 @@ def draft(drafter: PromptLookupDrafter, context: list[int], n_max: int) -> Draft
     return drafter.draft(context, n_max, SamplingParams(), np.random.default_rng(0))
 
 
+def agreement(tokens: list[int], end: int) -> int:
+    """How many tokens before ``end`` equal the last ones of ``tokens`` (at most 8)."""
+    m = 0
+    while m < 8 and m < end and tokens[end - 1 - m] == tokens[-1 - m]:
+        m += 1
+    return m
+
+
 def reference(tokens: list[int], n_max: int, ngram_max: int = 3, ngram_min: int = 1) -> list[int]:
-    """Longest n-gram first; its latest earlier occurrence that has a follower; copy on."""
+    """Longest n-gram first; of its latest 4 earlier occurrences that have a
+    follower, the one agreeing with the context furthest back (the latest on
+    ties); copy on."""
     if n_max <= 0:
         return []
     length = len(tokens)
@@ -24,9 +34,10 @@ def reference(tokens: list[int], n_max: int, ngram_max: int = 3, ngram_min: int 
             continue
         suffix = tokens[length - n :]
         # j: end of an earlier occurrence tokens[j - n : j]; it needs a follower, j < length
-        for j in range(length - 1, n - 1, -1):
-            if tokens[j - n : j] == suffix:
-                return tokens[j : j + n_max]
+        ends = [j for j in range(length - 1, n - 1, -1) if tokens[j - n : j] == suffix][:4]
+        if ends:
+            best = max(ends, key=lambda j: agreement(tokens, j))  # first max: the latest
+            return tokens[best : best + n_max]
     return []
 
 
@@ -47,9 +58,10 @@ def test_longer_ngram_wins_over_more_recent_shorter_one() -> None:
     context = [7, 8, 3, 11, 0, 3, 12, 7, 8, 3]
     d = draft(PromptLookupDrafter(ngram_max=3, ngram_min=1), context, 2)
     assert list(d.tokens) == [11, 0]
-    # with unigrams only, the latest 3 wins
+    # with unigrams only, the 3 whose context agrees furthest back (7, 8, 3)
+    # still wins over the latest one (0, 3)
     d = draft(PromptLookupDrafter(ngram_max=1, ngram_min=1), context, 2)
-    assert list(d.tokens) == [12, 7]
+    assert list(d.tokens) == [11, 0]
 
 
 def test_most_recent_occurrence_wins() -> None:
@@ -194,3 +206,22 @@ def test_by_default_one_matching_token_is_not_enough() -> None:
     # [.., 1] matches only as a 1-gram: no proposal; [.., 1, 2] as a 2-gram: a proposal.
     assert list(draft(PromptLookupDrafter(), [1, 2, 3, 1], 4).tokens) == []
     assert list(draft(PromptLookupDrafter(), [1, 2, 3, 1, 2], 4).tokens) == [3, 1, 2]
+
+
+def test_hint_buckets_the_length_of_the_copied_stretch() -> None:
+    lookup = PromptLookupDrafter()
+    source = list(range(100, 120))
+    assert lookup.hint([1, 2, 3, 4]) is None  # nothing to copy from
+    assert lookup.hint([*source, 5, 6, 107, 108]) == 1  # 2 tokens agree
+    assert lookup.hint([*source, 5, 106, 107, 108]) == 2  # 3
+    assert lookup.hint([*source, 5, *source[2:8]]) == 3  # 6
+    assert lookup.hint([*source, 5, *source[:12]]) == 4  # 12, counted up to 8
+
+
+def test_the_match_agreeing_furthest_back_is_copied() -> None:
+    # (1, 2) occurs twice: after 9, 8 (followed by 30) and later after 7 (followed
+    # by 40); the context ends 9, 8, 1, 2, so the older one continues its stretch.
+    context = [9, 8, 1, 2, 30, 31, 7, 1, 2, 40, 41, 5, 9, 8, 1, 2]
+    d = draft(PromptLookupDrafter(ngram_max=2), context, 2)
+    assert list(d.tokens) == [30, 31]
+    assert reference(context, 2, ngram_max=2, ngram_min=2) == [30, 31]

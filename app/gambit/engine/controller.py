@@ -210,6 +210,12 @@ class AcceptanceModel:
         return 1.0 + float(np.cumprod(self.alpha[:gamma]).sum())
 
 
+@dataclass
+class _HintState:
+    acceptance: AcceptanceModel
+    on: bool = True
+
+
 @dataclass(frozen=True)
 class Decision:
     gamma: int
@@ -282,14 +288,41 @@ class GammaController:
         self.fixed_side = max(0, min(fixed_side, self.side_max))
         self.side_gain = self.SIDE_GAIN_PRIOR
         self.costs = costs
-        self.acceptance = AcceptanceModel(gamma_max, prior_alpha)
+        self.prior_alpha = prior_alpha
+        # What is learned per drafter hint (Drafter.hint): acceptance, and
+        # whether speculation is on for rounds with that hint.
+        self._hints: dict[int, _HintState] = {}
+        self._hint = 0
         # The first reply may probe at once: the prior is only a guess.
         self._tokens_since_probe = self.PROBE_MAX
         self._probing = False
         self._behind = 0  # committed tokens the drafter has not read yet
-        # Start from what the calibration and the prior predict.
-        self.on = self._best()[2] >= self.OFF_BELOW
+        self._state(0)
         self.decision = self._decide()
+
+    def _state(self, hint: int) -> _HintState:
+        state = self._hints.get(hint)
+        if state is None:
+            state = _HintState(AcceptanceModel(self.gamma_max, self.prior_alpha))
+            self._hints[hint] = state
+            # Start from what the calibration and the prior predict.
+            alpha = state.acceptance.alpha
+            state.on = float(self._speedups(alpha).max()) >= self.OFF_BELOW
+        return state
+
+    @property
+    def acceptance(self) -> AcceptanceModel:
+        """Acceptance as learned for the current hint (the last ``next_gamma``'s)."""
+        return self._hints[self._hint].acceptance
+
+    @property
+    def on(self) -> bool:
+        """Whether speculation is on for rounds with the current hint."""
+        return self._hints[self._hint].on
+
+    @on.setter
+    def on(self, value: bool) -> None:
+        self._hints[self._hint].on = value
 
     @property
     def baseline_tokens_per_s(self) -> float:
@@ -304,7 +337,7 @@ class GammaController:
     def drafts_soon(self) -> bool:
         if self.mode != "adaptive":
             return self.mode == "fixed" and self.fixed_gamma > 0
-        return self.on or self._probe_due()
+        return any(state.on for state in self._hints.values()) or self._probe_due()
 
     @property
     def probe_gamma(self) -> int:
@@ -334,9 +367,14 @@ class GammaController:
         """Side nodes for the round ``next_gamma`` just chose (0 while off or probing)."""
         return self.decision.side if self.decision.gamma else 0
 
-    def next_gamma(self) -> int:
+    def next_gamma(self, hint: int = 0) -> int:
+        state = self._state(hint)
+        self._hint = hint
         self.decision = self._decide()
-        if self.mode != "adaptive" or self.on:
+        # A hint never drafted for is probed (below), on or off: its acceptance
+        # is only the prior, and a probe's long draft measures more of it.
+        untried = not state.acceptance.seen.any()
+        if self.mode != "adaptive" or (self.on and not untried):
             return self.decision.gamma
         if self.ceiling_speedup() <= self.PROBE_CEILING:
             # Even drafts that are always accepted would not pay on this
@@ -345,16 +383,16 @@ class GammaController:
             g = self.decision
             self.decision = Decision(
                 0, 1.0, g.best_speedup,
-                f"off: cannot pay here (at best {self.ceiling_speedup():.2f}x)",
+                self._cannot_pay_reason(),
             )  # fmt: skip
             return 0
-        if self._probe_due(self._behind):
+        if untried or self._probe_due(self._behind):
             self._probing = True
             probe = self.probe_gamma
             d = self.decision
             self.decision = Decision(
                 probe, d.expected_speedup, d.best_speedup,
-                f"probing: expected {d.best_speedup:.2f}x",
+                self._probe_reason(probe),
             )  # fmt: skip
             return probe
         return 0
@@ -427,16 +465,63 @@ class GammaController:
     def _decide(self) -> Decision:
         gamma, side, best = self._best()
         if self.mode == "off":
-            return Decision(0, 1.0, best, "off: switched off in settings")
+            return Decision(0, 1.0, best, "off: switched off in Settings (policy: off)")
         if self.mode == "fixed":
             g, w = self.fixed_gamma, self.fixed_side if self.fixed_gamma else 0
             s = self.expected_speedup(g, w)
             shape = f"γ={g}" + (f" + {w} side" if w else "")
-            return Decision(g, s, best, f"fixed {shape}: expected {s:.2f}x", side=w)
+            slower = ", slower than plain decoding" if s < self.OFF_BELOW else ""
+            reason = f"fixed {shape}: expected {s:.2f}x{slower}"
+            return Decision(g, s, best, reason, side=w)
         if self.on:
-            shape = f" with {side} side nodes" if side else ""
-            return Decision(gamma, best, best, f"on: expected {best:.2f}x{shape}", side=side)
-        return Decision(0, 1.0, best, f"off: expected {best:.2f}x")
+            return Decision(gamma, best, best, self._on_reason(gamma, side, best), side=side)
+        return Decision(0, 1.0, best, self._off_reason(best))
+
+    # -- wording: the decision in words a user follows (the panel, the CLI)
+    @staticmethod
+    def _percent(speedup: float) -> str:
+        """How far ``speedup`` is from 1, in per cent: "2 %", "4.9 %", "38 %"."""
+        p = abs(speedup - 1.0) * 100
+        return f"{p:.0f} %" if p >= 10 or round(p, 1) == round(p) else f"{p:.1f} %"
+
+    def _on_reason(self, gamma: int, side: int, best: float) -> str:
+        shape = f"γ={gamma}" + (f" with {side} side nodes" if side else "")
+        return (
+            f"on: drafting {shape}, expected {best:.2f}x; "
+            f"off if that falls below {self.OFF_BELOW:.2f}x"
+        )
+
+    def _off_reason(self, best: float) -> str:
+        need = self._percent(self.ON_ABOVE)
+        if best < self.OFF_BELOW:
+            return (
+                f"off: a draft would lose {self._percent(best)} (expected {best:.2f}x); "
+                f"on once it would gain more than {need}"
+            )
+        gain = f"off: a draft would gain {self._percent(best)}"
+        if best <= self.ON_ABOVE:
+            return f"{gain}, below the {need} needed to switch on"
+        return f"{gain}, more than the {need} needed: switching on"
+
+    def _probe_reason(self, gamma: int) -> str:
+        need = self._percent(self.ON_ABOVE)
+        return (
+            f"probing: trying γ={gamma} to re-measure acceptance "
+            f"(on if a draft would gain more than {need})"
+        )
+
+    def _cannot_pay_reason(self) -> str:
+        """Why even drafts that always land would not pay: the batch and draft costs."""
+        ceiling, g, c = self.ceiling_speedup(), self.probe_gamma, self.costs
+        batch = c.verify_cost(g + 1) / c.verify_cost(1)
+        why = f"verifying {g + 1} tokens costs {batch:.2f} plain steps"
+        if c.draft_ratio > 0:
+            why += f" and each draft step {c.draft_ratio:.2f}"
+        if ceiling < self.OFF_BELOW:
+            best = f"would reach only {ceiling:.2f}x"
+        else:
+            best = f"would gain only {self._percent(ceiling)}, too little to risk probing"
+        return f"off: cannot pay here: even if every draft were accepted, γ={g} {best} ({why})"
 
 
 def calibrate(

@@ -92,7 +92,10 @@ class Round:
 class GammaPolicy(Protocol):
     """Chooses the draft length of each round; 0 means plain decoding."""
 
-    def next_gamma(self) -> int: ...
+    def next_gamma(self, hint: int = 0) -> int:
+        """``hint``: the drafter's signal for this round (``Drafter.hint``);
+        rounds with the same hint share what the policy learns."""
+        ...
 
     def start_reply(self, n_context: int, draft_ready: bool) -> None:
         """A generation starts on ``n_context`` prompt tokens; ``draft_ready``:
@@ -115,7 +118,7 @@ class FixedGamma:
     gamma: int
     side: int = 0
 
-    def next_gamma(self) -> int:
+    def next_gamma(self, hint: int = 0) -> int:
         return self.gamma
 
     def start_reply(self, n_context: int, draft_ready: bool) -> None:
@@ -317,7 +320,9 @@ class SpeculativeDecoder:
             remaining = config.max_tokens - n_generated
             gamma = 0
             if self.drafter is not None and self.speculation_enabled:
-                gamma = max(0, min(self.policy.next_gamma(), remaining - 1, room))
+                hint = self.drafter.hint(context)
+                if hint is not None:
+                    gamma = max(0, min(self.policy.next_gamma(hint), remaining - 1, room))
 
             n_side = 0
             if gamma > 0 and tree_drafter is not None:

@@ -45,6 +45,15 @@ class Drafter(Protocol):
         """
         ...
 
+    def hint(self, context: list[int]) -> int | None:
+        """A cheap signal of how likely the next draft is to land, before
+        drafting it: rounds with the same hint share acceptance estimates, so
+        the policy can draft long where the drafter is sure and not at all
+        where it guesses. ``None``: the drafter has nothing to propose now (the
+        round decodes plainly without asking the policy). Drafters without
+        such a signal return 0."""
+        ...
+
     def prepare(self, context: list[int]) -> None:
         """Catch up on ``context`` now, during prompt processing, so that the
         first round drafts at once (a draft model decodes the prompt here)."""

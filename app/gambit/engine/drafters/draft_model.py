@@ -237,6 +237,9 @@ class DraftModelDrafter:
             alts.append((drawn, dist.prob(drawn), remaining))
         return dist.prob(tok), alts
 
+    def hint(self, context: list[int]) -> int | None:
+        return 0  # its confidence is only known by drafting (a decode)
+
     def prepare(self, context: list[int]) -> None:
         if context:
             self.runtime.sync(self._view(context))
