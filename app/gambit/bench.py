@@ -22,7 +22,7 @@ from typing import Any
 from gambit.engine.chat import Message
 from gambit.engine.controller import GammaController, PolicyMode
 from gambit.engine.decoder import GenerationConfig, Round
-from gambit.engine.metrics import GenerationStats
+from gambit.engine.metrics import GenerationStats, speedup
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError
@@ -225,7 +225,7 @@ def _report(
         suites[suite] = {}
         for mode in modes:
             fig = by_mode[mode].figures()
-            fig["speedup"] = fig["tokens_per_s"] / base if base else 0.0
+            fig["speedup"] = _speedup(mode, by_mode[mode].stats, base)
             suites[suite][mode] = fig
     return {
         "target": str(cfg.target),
@@ -239,6 +239,15 @@ def _report(
         "threads": cfg.target_options.n_threads or None,
         "suites": suites,
     }
+
+
+def _speedup(mode: str, stats: GenerationStats, base: float) -> float:
+    """A mode's speedup as ``gambit.engine.metrics`` defines it, against the
+    target-only runs of the same prompts: 1.0 for target-only itself and for a
+    mode that drafted nothing (it did the target-only work), else measured."""
+    if mode == TARGET_ONLY or not stats.n_drafted:
+        return 1.0
+    return speedup(stats.tokens_per_s, base, stats.n_drafted) or 0.0
 
 
 def _side(f: dict[str, float]) -> str:

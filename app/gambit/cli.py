@@ -16,7 +16,14 @@ from gambit.engine.chat import Message
 from gambit.engine.controller import PolicyMode
 from gambit.engine.decoder import GenerationConfig
 from gambit.engine.limits import THREADS_MAX, positive_int_arg, threads_arg
-from gambit.engine.metrics import GenerationStats
+from gambit.engine.metrics import (
+    NO_FIGURE,
+    MetricsSnapshot,
+    MetricsTracker,
+    format_accepted,
+    format_rate,
+    format_speedup,
+)
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import DrafterKind, Engine, EngineConfig
@@ -270,37 +277,57 @@ def cmd_generate(args: argparse.Namespace) -> int:
             messages = [Message("system", args.system)] if args.system else []
             messages.append(Message("user", args.prompt))
             rounds = engine.chat(messages, config, cancel)
-        stats = GenerationStats()
+        tracker = MetricsTracker()
         stop = None
         for rnd in rounds:
             sys.stdout.write(rnd.text)
             sys.stdout.flush()
-            stats.add(rnd)
+            tracker.add(rnd)
+            if rnd.index == 0:
+                tracker.set_prefill(engine.decoder.last_prefill_s)
             stop = rnd.stop
         sys.stdout.write("\n")
-        stats.prefill_s = engine.decoder.last_prefill_s
-        stats.decode_s = engine.decode_seconds - d0
-        print(_stats_line(engine, stats, stop.value if stop else "?"), file=sys.stderr)
+        tracker.stats.decode_s = engine.decode_seconds - d0
+        if tracker.stats.n_drafted:
+            engine.remeasure_baseline()  # plain decoding on this reply's context
+        snap = tracker.snapshot(engine.controller.baseline_tokens_per_s)
+        print(_stats_line(engine, snap, stop.value if stop else "?"), file=sys.stderr)
     return 130 if cancel.is_set() else 0
 
 
-def _stats_line(engine: Engine, s: GenerationStats, stop: str) -> str:
-    mode = engine.drafter.name if engine.drafter else "target only"
-    parts = [
-        f"[{mode}]",
-        f"{s.n_tokens} tokens",
-        f"{s.tokens_per_s:.1f} tok/s",
-        f"ttft {s.ttft_s * 1000:.0f} ms",
-        f"p99 {s.latency_ms(99):.1f} ms",
-    ]
-    if engine.drafter:
+def _stats_line(engine: Engine, s: MetricsSnapshot, stop: str) -> str:
+    return summary_line(
+        s,
+        drafter=engine.drafter.name if engine.drafter else None,
+        detail=engine.drafter_detail,
+        reason=engine.controller.decision.reason,
+        stop=stop,
+    )
+
+
+def summary_line(
+    s: MetricsSnapshot, *, drafter: str | None, detail: str | None, reason: str, stop: str
+) -> str:
+    """The reply's figures as the window shows them (``gambit.engine.metrics``):
+    the speedup is the measured one; the controller's is labelled an expectation."""
+    parts = [f"[{drafter or 'target only'}]", f"{s.n_tokens} tokens", format_rate(s.tokens_per_s)]
+    if drafter:
+        if s.speedup is None:
+            parts.append(f"speedup {NO_FIGURE} (nothing drafted)")
+        else:
+            parts.append(
+                f"speedup {format_speedup(s.speedup)} measured "
+                f"(plain decoding here: {format_rate(s.baseline_tokens_per_s)})"
+            )
+    parts += [f"ttft {s.ttft_ms:.0f} ms", f"p99 {s.p99_ms:.1f} ms"]
+    if drafter:
         parts += [
-            f"accepted {s.n_accepted}/{s.n_drafted} ({s.acceptance_rate:.0%})",
+            format_accepted(s.n_accepted, s.n_drafted),
             f"{s.tokens_per_round:.2f} tok/round",
-            f"γ {engine.controller.decision.reason}",
+            f"controller: {reason}",
         ]
-        if engine.drafter_detail:
-            parts.insert(1, engine.drafter_detail)
+        if detail:
+            parts.insert(1, detail)
     parts.append(f"stop: {stop}")
     return " | ".join(parts)
 

@@ -214,6 +214,8 @@ class EngineWorker(QObject):
         try:
             for rnd in engine.chat(messages, config, self._cancel):
                 tracker.add(rnd)
+                if rnd.index == 0:
+                    tracker.set_prefill(engine.decoder.last_prefill_s)
                 if rnd.text:
                     text_parts.append(rnd.text)
                     flags = _char_flags(engine, rnd.tokens, rnd.n_accepted, rnd.text)
@@ -227,6 +229,9 @@ class EngineWorker(QObject):
                     self.delta.emit(ReplyDelta(rnd.text, flags, snapshot))
                 if rnd.stop is not None:
                     stop = rnd.stop.value
+            if tracker.stats.n_drafted and not self._closing.is_set():
+                # The reply is compared with plain decoding on its own context.
+                engine.remeasure_baseline()
             self.finished.emit(
                 ReplyResult("".join(text_parts), tuple(drafted), stop,
                             self._snapshot(engine, tracker), speculated)
@@ -254,11 +259,12 @@ class EngineWorker(QObject):
     def _snapshot(engine: Engine, tracker: MetricsTracker) -> MetricsSnapshot:
         c = engine.controller
         gamma = c.decision.gamma if engine.decoder.speculation_enabled and engine.drafter else 0
-        reason = (
-            c.decision.reason
-            if engine.drafter and engine.decoder.speculation_enabled
-            else ("off: switched off" if engine.drafter else "off: no drafter")
-        )
+        if engine.drafter is None:
+            reason = "off: no drafter chosen (Settings → Speculation → Drafter)"
+        elif not engine.decoder.speculation_enabled:
+            reason = "off: speculation is switched off (the Speculation button)"
+        else:
+            reason = c.decision.reason
         side = c.decision.side if gamma else 0
         return tracker.snapshot(
             c.baseline_tokens_per_s, gamma, reason, tree=engine.tree, side_nodes=side

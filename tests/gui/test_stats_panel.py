@@ -47,7 +47,7 @@ BASE = MetricsSnapshot(
     gamma=4,
     gamma_reason="on: expected 1.38x",
     tokens_per_s=41.3,
-    tokens_per_s_total=39.0,
+    tokens_per_s_rolling=39.0,
     baseline_tokens_per_s=29.1,
     speedup=1.42,
     ttft_ms=231.4,
@@ -171,13 +171,13 @@ def test_speculation_off_shows_no_acceptance(qtbot: QtBot, panel: StatsPanel) ->
             n_drafted=0,
             n_accepted=0,
             acceptance_rate=0.0,
-            acceptance_rate_rolling=0.0,
+            acceptance_rate_rolling=None,
             acceptance_by_position=(),
             gamma=0,
             gamma_reason="off: expected 0.82x",
             tokens_per_s=128.4,
             baseline_tokens_per_s=130.0,
-            speedup=128.4 / 130.0,
+            speedup=None,
         ),
     )
     assert text(panel, "acceptedValue") == "0 / 0"
@@ -185,13 +185,16 @@ def test_speculation_off_shows_no_acceptance(qtbot: QtBot, panel: StatsPanel) ->
     assert text(panel, "acceptanceRollingValue") == PLACEHOLDER
     assert text(panel, "gammaValue") == "0"
     assert text(panel, "gammaReasonValue") == "off: expected 0.82x"
-    assert text(panel, "tokensPerSecondValue") == "128 tok/s"
-    assert text(panel, "speedupValue") == "0.99×"
+    assert text(panel, "tokensPerSecondValue") == "128.4 tok/s"
+    # No drafting, no bet: no speedup claimed, and no colour.
+    assert text(panel, "speedupValue") == PLACEHOLDER
+    label = panel.findChild(QLabel, "speedupValue")
+    assert label is not None and label.property("tone") == "neutral"
     assert bars(panel) == ([], ["1"])
 
 
 def test_unknown_baseline_shows_no_speedup(qtbot: QtBot, panel: StatsPanel) -> None:
-    show(qtbot, panel, snap(baseline_tokens_per_s=0.0, speedup=0.0))
+    show(qtbot, panel, snap(baseline_tokens_per_s=0.0, speedup=None))
     assert text(panel, "baselineValue") == PLACEHOLDER
     assert text(panel, "speedupValue") == PLACEHOLDER
     label = panel.findChild(QLabel, "speedupValue")
@@ -249,8 +252,8 @@ def test_series_grow_with_each_repaint(qtbot: QtBot, panel: StatsPanel) -> None:
 
 
 def test_same_moment_updates_the_last_point(qtbot: QtBot, panel: StatsPanel) -> None:
-    show(qtbot, panel, snap(elapsed_s=1.0, tokens_per_s=10.0))
-    show(qtbot, panel, snap(elapsed_s=1.0, tokens_per_s=12.0))
+    show(qtbot, panel, snap(elapsed_s=1.0, tokens_per_s_rolling=10.0))
+    show(qtbot, panel, snap(elapsed_s=1.0, tokens_per_s_rolling=12.0))
     points = line(panel, "tokensPerSecondChart", "tokens/s").points()
     assert [(p.x(), p.y()) for p in points] == [(1.0, 12.0)]
 
@@ -260,12 +263,20 @@ def test_a_burst_of_snapshots_repaints_a_bounded_number_of_times(
 ) -> None:
     before = panel.repaint_count
     for i in range(1000):
-        panel.set_snapshot(snap(n_tokens=i + 1, elapsed_s=0.01 * (i + 1), tokens_per_s=float(i)))
+        rate = float(i)
+        panel.set_snapshot(
+            snap(
+                n_tokens=i + 1,
+                elapsed_s=0.01 * (i + 1),
+                tokens_per_s=rate,
+                tokens_per_s_rolling=rate,
+            )
+        )
     assert panel.repaint_count == before  # nothing painted per call
     qtbot.waitUntil(lambda: panel.repaint_count > before, timeout=2000)
     qtbot.wait(250)  # a later tick must not repaint again: nothing new arrived
     assert panel.repaint_count - before == 1
-    assert text(panel, "tokensPerSecondValue") == "999 tok/s"
+    assert text(panel, "tokensPerSecondValue") == "999.0 tok/s"
     assert line(panel, "tokensPerSecondChart", "tokens/s").count() == 1
 
 
@@ -281,8 +292,8 @@ def test_charts_keep_the_last_200_points(qtbot: QtBot, panel: StatsPanel) -> Non
 
 
 def test_axes_follow_the_data(qtbot: QtBot, panel: StatsPanel) -> None:
-    show(qtbot, panel, snap(elapsed_s=2.0, tokens_per_s=40.0, baseline_tokens_per_s=30.0))
-    show(qtbot, panel, snap(elapsed_s=12.0, tokens_per_s=80.0, baseline_tokens_per_s=30.0))
+    show(qtbot, panel, snap(elapsed_s=2.0, tokens_per_s_rolling=40.0, baseline_tokens_per_s=30.0))
+    show(qtbot, panel, snap(elapsed_s=12.0, tokens_per_s_rolling=80.0, baseline_tokens_per_s=30.0))
     series = line(panel, "tokensPerSecondChart", "tokens/s")
     axes = {axis.orientation(): axis for axis in series.attachedAxes()}
     x_axis, y_axis = axes[Qt.Orientation.Horizontal], axes[Qt.Orientation.Vertical]
@@ -401,7 +412,7 @@ def test_screenshot(qtbot: QtBot, panel: StatsPanel, tmp_path: Path) -> None:
         gamma = 0 if 20 <= i < 30 else 4  # off for a while, then back on
         show_now = snap(
             elapsed_s=0.25 * i,
-            tokens_per_s=30.0 + 12.0 * (i % 5) / 4 + (10.0 if gamma else -3.0),
+            tokens_per_s_rolling=30.0 + 12.0 * (i % 5) / 4 + (10.0 if gamma else -3.0),
             gamma=gamma,
             gamma_reason="on: expected 1.38x with 2 side nodes" if gamma else "off: expected 0.82x",
             tree=True,

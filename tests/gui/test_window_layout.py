@@ -39,7 +39,7 @@ def _snapshot(t: float) -> MetricsSnapshot:
         n_tokens=int(40 * t), n_drafted=int(60 * t), n_accepted=int(40 * t), n_rounds=int(20 * t),
         acceptance_rate=0.67, acceptance_rate_rolling=0.72, mean_accepted=2.0,
         acceptance_by_position=(0.9, 0.74, 0.55, 0.38), gamma=4 if t < 2 else 3,
-        gamma_reason="on: expected 1.38x", tokens_per_s=40.0 + t, tokens_per_s_total=38.5,
+        gamma_reason="on: expected 1.38x", tokens_per_s=38.5, tokens_per_s_rolling=40.0 + t,
         baseline_tokens_per_s=28.0, speedup=1.38, ttft_ms=212.0, p50_ms=21.0, p95_ms=31.0,
         p99_ms=44.0, draft_time_share=0.2, elapsed_s=t,
     )  # fmt: skip
@@ -57,6 +57,7 @@ def window(qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     reply = store.add_message(conv, "assistant", "", complete=False)
     stats = {
         "stop": "eos", "tokens": 14, "tokens_per_s": 38.5, "baseline_tokens_per_s": 28.0,
+        "speedup": 1.38,
         "drafted_tokens": 12, "accepted_tokens": 8, "acceptance_rate": 0.67, "speculation": True,
         "drafted": [9, 12, 6],
     }  # fmt: skip

@@ -1,17 +1,42 @@
-"""What a generation measured, from its ``Round`` events. Definitions users can check:
+"""What a reply measured, from its ``Round`` events: the one place where every
+figure Gambit shows is defined. The reply footer, the statistics panel, the
+``gambit-cli generate`` summary line and ``gambit-cli bench`` all take their
+numbers (and their formatting) from here.
 
-- tokens_per_s: reply tokens / generation time, where generation time is the
-  wall time from the end of prompt processing to the last token. Prompt
-  processing is the target's and, when the first rounds draft, the drafter's
-  (a draft model reads the prompt then): both count in ttft_ms.
+- tokens_per_s (a reply's rate): reply tokens / generation time. Generation
+  time is the wall time from the end of prompt processing to the end of the
+  last round. Prompt processing (the target's and, when the first rounds
+  draft, the drafter's: a draft model reads the prompt then) does not count
+  here; it counts in ttft_ms. The same figure while a reply streams (so far)
+  and at its end.
+- baseline_tokens_per_s: plain decoding's rate for this target on this
+  machine, with these settings: 1 / t_target(1), the time of one plain step
+  (decode one token, pick it). Measured when the models load (the controller's
+  calibration), kept current by every plain round at the context of the
+  moment, and re-measured on the reply's own context at the end of every reply
+  that drafted (``Engine.remeasure_baseline``), so that a reply is compared
+  with plain decoding at the same context. Loading other models or settings
+  measures it afresh.
+- speedup: tokens_per_s / baseline_tokens_per_s, claimed only for a reply
+  that drafted at least one token. A reply without drafting (speculation off,
+  no drafter, or a controller that never drafted) placed no bet: it has no
+  speedup (``None``, shown as "—"), never a ratio of two plain rates, which
+  would only measure noise. ``gambit-cli bench`` divides by a stronger
+  baseline: the target-only runs of the same prompts in the same run; a mode
+  that drafted nothing did the target-only work, so its speedup is 1.0 by
+  definition.
+- acceptance_rate: accepted draft tokens / drafted tokens over the reply (a
+  tree's side nodes count as drafted); none without drafting.
+- acceptance_rate_rolling: the same over the last ``WINDOW`` rounds that
+  drafted (so it has a value as soon as one round drafted).
+- tokens_per_s_rolling: reply tokens of the last ``WINDOW`` rounds / the wall
+  time they took (the panel's chart: how the rate moves within a reply).
 - ttft_ms: time to first token, from the request to the first visible token
   (prompt processing included).
 - inter-token latency: for each reply token after the first, the time since
   the previous token arrived. Tokens that arrive together in one round count
   as one gap of the round's duration followed by gaps of 0, because that is
   what the reader sees. p50 / p99 are percentiles of these gaps.
-- acceptance_rate: accepted draft tokens / drafted tokens (a tree's side
-  nodes count as drafted).
 - acceptance_by_position: for each depth d, the share of rounds that reached
   depth d in which a draft token at depth d was accepted (for a chain: the
   per-position acceptance α_d).
@@ -25,6 +50,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 
@@ -132,14 +158,47 @@ class GenerationStats:
         return float(np.percentile(self.gaps_s, percentile) * 1000) if self.gaps_s else 0.0
 
 
+NO_FIGURE: Final = "—"  # a figure that does not exist (no drafting, nothing measured)
+
+
+def speedup(tokens_per_s: float, baseline_tokens_per_s: float, n_drafted: int) -> float | None:
+    """The speedup a reply may claim: its rate over the baseline, only when it
+    drafted anything and both rates were measured (see the module docstring)."""
+    if n_drafted <= 0 or tokens_per_s <= 0 or baseline_tokens_per_s <= 0:
+        return None
+    return tokens_per_s / baseline_tokens_per_s
+
+
+def format_rate(tokens_per_s: float) -> str:
+    """``"112.3 tok/s"``: one decimal everywhere, so every view prints the same text."""
+    return f"{tokens_per_s:.1f} tok/s" if tokens_per_s > 0 else NO_FIGURE
+
+
+def format_speedup(value: float | None) -> str:
+    """``"1.07×"``, or "—" where there is no claim to make."""
+    return f"{value:.2f}×" if value is not None else NO_FIGURE
+
+
+def format_percent(fraction: float) -> str:
+    return f"{fraction * 100:.0f}%"
+
+
+def format_accepted(n_accepted: int, n_drafted: int) -> str:
+    """``"accepted 13/17 (76%)"``; ``"accepted 0/0"`` when nothing was drafted."""
+    if not n_drafted:
+        return f"accepted {n_accepted}/{n_drafted}"
+    return f"accepted {n_accepted}/{n_drafted} ({format_percent(n_accepted / n_drafted)})"
+
+
 @dataclass(frozen=True, slots=True)
 class MetricsSnapshot:
     """Everything the stats panel shows, at one moment. Cheap to build per round.
 
-    Rolling figures cover the last ``MetricsTracker.WINDOW`` rounds. ``speedup``
-    is the rolling tokens/s of this reply over ``baseline_tokens_per_s``, the
-    plain-decoding rate measured on this machine for this model at about this
-    context length (the controller's running estimate of 1 / t_target(1)).
+    Every figure is defined in the module docstring: ``tokens_per_s`` is the
+    reply's rate so far, ``speedup`` is ``tokens_per_s`` over
+    ``baseline_tokens_per_s`` (None without drafting), and the rolling figures
+    cover the last ``MetricsTracker.WINDOW`` rounds (acceptance: the last
+    ``WINDOW`` rounds that drafted).
     """
 
     n_tokens: int
@@ -147,15 +206,15 @@ class MetricsSnapshot:
     n_accepted: int
     n_rounds: int
     acceptance_rate: float
-    acceptance_rate_rolling: float
+    acceptance_rate_rolling: float | None  # None before any round drafted
     mean_accepted: float
     acceptance_by_position: tuple[float, ...]  # α_i measured in this reply, i = 1..
     gamma: int
     gamma_reason: str
-    tokens_per_s: float  # rolling
-    tokens_per_s_total: float
+    tokens_per_s: float  # the reply's rate (prompt processing excluded)
+    tokens_per_s_rolling: float  # over the last WINDOW rounds
     baseline_tokens_per_s: float
-    speedup: float
+    speedup: float | None  # None: the reply drafted nothing, so it claims nothing
     ttft_ms: float
     p50_ms: float
     p95_ms: float
@@ -167,6 +226,10 @@ class MetricsSnapshot:
     n_side: int = 0  # side nodes drafted in this reply
     side_gain: int = 0  # draft tokens accepted thanks to side nodes in this reply
 
+    @property
+    def tokens_per_round(self) -> float:
+        return self.n_tokens / self.n_rounds if self.n_rounds else 0.0
+
 
 class MetricsTracker:
     """Folds one reply's rounds into ``MetricsSnapshot``s."""
@@ -175,12 +238,23 @@ class MetricsTracker:
 
     def __init__(self) -> None:
         self.stats = GenerationStats()
-        self._window: deque[tuple[int, int, int, float]] = deque(maxlen=self.WINDOW + 1)
+        # (tokens, elapsed_s) of the last rounds that produced tokens; one more
+        # than WINDOW: the oldest only marks when the window's first round began.
+        self._window: deque[tuple[int, float]] = deque(maxlen=self.WINDOW + 1)
+        # (drafted, accepted) of the last WINDOW rounds that drafted.
+        self._drafts: deque[tuple[int, int]] = deque(maxlen=self.WINDOW)
 
     def add(self, rnd: Round) -> None:
         self.stats.add(rnd)
         if rnd.tokens:
-            self._window.append((len(rnd.tokens), rnd.n_drafted, rnd.n_accepted, rnd.elapsed_s))
+            self._window.append((len(rnd.tokens), rnd.elapsed_s))
+        if rnd.n_drafted:
+            self._drafts.append((rnd.n_drafted, rnd.n_accepted))
+
+    def set_prefill(self, seconds: float) -> None:
+        """The reply's prompt processing time (``SpeculativeDecoder.last_prefill_s``):
+        generation time, and so tokens_per_s, leaves it out."""
+        self.stats.prefill_s = seconds
 
     def snapshot(
         self,
@@ -194,16 +268,12 @@ class MetricsTracker:
         """``gamma``/``gamma_reason``/``side_nodes``: the controller's current decision."""
         s = self.stats
         w = list(self._window)
-        rolling_tps = 0.0
-        rolling_acc = 0.0
+        rolling_tps = s.tokens_per_s
         if len(w) >= 2:
-            span = w[-1][3] - w[0][3]
+            span = w[-1][1] - w[0][1]
             rolling_tps = sum(x[0] for x in w[1:]) / span if span > 0 else 0.0
-            drafted = sum(x[1] for x in w[1:])
-            rolling_acc = sum(x[2] for x in w[1:]) / drafted if drafted else 0.0
-        elif s.n_tokens:
-            rolling_tps = s.tokens_per_s
-            rolling_acc = s.acceptance_rate
+        drafted = sum(d for d, _ in self._drafts)
+        rolling_acc = sum(a for _, a in self._drafts) / drafted if drafted else None
         gaps = np.array(s.gaps_s) if s.gaps_s else np.zeros(1)
         p50, p95, p99 = np.percentile(gaps, [50, 95, 99]) * 1000
         draft_share = s.t_draft_s / s.elapsed_s if s.elapsed_s else 0.0
@@ -218,10 +288,10 @@ class MetricsTracker:
             acceptance_by_position=s.acceptance_by_position,
             gamma=gamma,
             gamma_reason=gamma_reason,
-            tokens_per_s=rolling_tps,
-            tokens_per_s_total=s.tokens_per_s,
+            tokens_per_s=s.tokens_per_s,
+            tokens_per_s_rolling=rolling_tps,
             baseline_tokens_per_s=baseline_tokens_per_s,
-            speedup=rolling_tps / baseline_tokens_per_s if baseline_tokens_per_s else 0.0,
+            speedup=speedup(s.tokens_per_s, baseline_tokens_per_s, s.n_drafted),
             ttft_ms=s.ttft_s * 1000,
             p50_ms=float(p50),
             p95_ms=float(p95),

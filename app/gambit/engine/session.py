@@ -8,10 +8,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+
+import numpy as np
 
 from gambit.engine.chat import ChatPromptBuilder, Message
 from gambit.engine.controller import CostModel, GammaController, PolicyMode, calibrate
@@ -20,7 +23,12 @@ from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
+from gambit.engine.runtime import (
+    ModelRuntime,
+    RuntimeOptions,
+    common_prefix_length,
+    default_threads,
+)
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.errors import ModelFileError
 
@@ -34,6 +42,11 @@ log = logging.getLogger(__name__)
 DrafterKind = Literal["none", "draft", "lookup", "layerskip"]
 TREE_DRAFTERS: tuple[DrafterKind, ...] = ("draft", "lookup", "layerskip")
 TREE_NODES_MIN, TREE_NODES_MAX = 2, 16
+# Plain steps timed to re-measure the baseline after a reply (their median), and
+# the step time from which one is enough.
+BASELINE_STEPS = 3
+BASELINE_SLOW_STEP_S = 0.05
+BASELINE_CATCH_UP_MAX = 64  # tokens decoded first, at most
 
 
 @dataclass(frozen=True)
@@ -208,6 +221,43 @@ class Engine:
     def node_max(self) -> int:
         """Most draft tokens in one round: γ_max for chains, the node budget for trees."""
         return self.config.tree_nodes if self.tree else self.config.gamma_max
+
+    def remeasure_baseline(self) -> float:
+        """Measure plain decoding on the last reply's own context and make it the
+        baseline (the controller's t_target(1)); returns the baseline in tokens/s,
+        0.0 when there was nothing to measure on.
+
+        One plain step is timed as a plain round takes it: decode the reply's
+        last token on the full context, read its logits row and pick the top
+        token; the median of a few (one when a step is slow, so that a large
+        model adds one step after a reply, not several). Costs are relative to
+        t_target(1) (``CostModel``), so the controller's other estimates move
+        with it. The KV cache ends as the decoder leaves it: every committed
+        token but the last.
+        """
+        target = self.target
+        context = self.decoder.context
+        if not context or len(context) >= target.n_ctx:
+            return 0.0
+        # The cache may hold drafts past the reply's end (cut at a stop or at
+        # max tokens), or lack a tree round's catch-up: bring it to the context.
+        keep = min(common_prefix_length(target.kv_tokens, context), len(context) - 1)
+        if len(context) - 1 - keep > BASELINE_CATCH_UP_MAX:
+            return 0.0  # the cache went elsewhere: not worth a prompt's processing
+        target.truncate(keep)
+        target.decode(context[keep:-1])  # (untimed)
+        times: list[float] = []
+        while len(times) < BASELINE_STEPS:
+            t0 = time.perf_counter()
+            target.decode(context[-1:])
+            int(np.argmax(target.logits(-1)))
+            times.append(time.perf_counter() - t0)
+            target.truncate(len(context) - 1)
+            if times[0] > BASELINE_SLOW_STEP_S:
+                break
+        step = float(np.median(times))
+        self.controller.costs.set_target(1, step)
+        return self.controller.baseline_tokens_per_s
 
     def use_controller(self, controller: GammaController) -> None:
         self.controller = controller

@@ -11,8 +11,9 @@ puts its code on the clipboard.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from PySide6.QtCore import QUrl, Slot
 from PySide6.QtGui import (
@@ -27,6 +28,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
+from gambit.engine.metrics import format_accepted, format_rate, format_speedup
 from gambit.ui import markdown
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,34 @@ class ChatMessage:
     role: str
     text: str
     drafted: list[bool] = field(default_factory=list)
-    footer: str = ""  # e.g. "128 tokens · 95 tok/s · 1.42× · stopped"
+    footer: str = ""  # reply_footer(): "128 tokens · 95.0 tok/s · … · 1.42× vs plain"
+
+
+def reply_footer(stats: Mapping[str, Any] | None) -> str:
+    """The line under a reply, from the figures stored with it (``"tokens"``,
+    ``"tokens_per_s"``, ``"speedup"``, ...: see ``MainWindow``), formatted as
+    the statistics panel and the CLI format them (``gambit.engine.metrics``).
+
+    A speedup shows only where one was stored: a reply that drafted nothing
+    has none, and replies saved before it was stored are not guessed at.
+    """
+    if not stats:
+        return ""
+    parts = []
+    if stats.get("tokens") is not None:
+        parts.append(f"{stats['tokens']} tokens")
+    if stats.get("tokens_per_s"):
+        parts.append(format_rate(float(stats["tokens_per_s"])))
+    if stats.get("speculation") and stats.get("drafted_tokens"):
+        parts.append(format_accepted(int(stats["accepted_tokens"]), int(stats["drafted_tokens"])))
+    if stats.get("speedup") is not None and stats.get("drafted_tokens"):
+        parts.append(f"{format_speedup(float(stats['speedup']))} vs plain")
+    stop = stats.get("stop")
+    if stop in ("cancelled", "window closed", "interrupted"):
+        parts.append("stopped" if stop == "cancelled" else "interrupted")
+    if stats.get("error"):
+        parts.append(f"error: {stats['error']}")
+    return " · ".join(parts)
 
 
 class ChatView(QTextBrowser):

@@ -36,7 +36,7 @@ from gambit.models.settings_check import model_file_problems
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history import prompt_messages
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.chat_view import ChatMessage, ChatView
+from gambit.ui.chat_view import ChatMessage, ChatView, reply_footer
 from gambit.ui.menus import MenuBar
 from gambit.ui.models_dialog import ModelsDialog
 from gambit.ui.settings_dialog import SettingsDialog
@@ -265,6 +265,7 @@ class MainWindow(QMainWindow):
         self.worker.set_speculation(s.speculation)
         self.model_label.setText("Loading…")
         self.stats.set_engine(None)  # the old model and drafter are going
+        self.stats.clear()  # and their figures with them: the next model measures its own
         self.load_busy.show()
         request = EngineRequest(
             target=s.target_path(),
@@ -297,6 +298,7 @@ class MainWindow(QMainWindow):
         self.engine_info = None
         self.load_busy.hide()
         self.stats.set_engine(None)
+        self.stats.clear()  # no figure may outlive the model it measured
         self.model_label.setText("No model loaded")
         self.statusBar().showMessage("The model could not be loaded — see Settings", 10000)
         self._show_error("The model could not be loaded", message)
@@ -431,15 +433,15 @@ class MainWindow(QMainWindow):
         streaming = self.chat.streaming
         text = result.text if result else (streaming.text if streaming else "")
         failure: Exception | None = None
+        stats = _stats_dict(result, error)
         if self._reply_id is not None:
-            stats = _stats_dict(result, error)
             complete = result is not None and error is None and not result.stopped_early
             try:
                 self.store.update_message(self._reply_id, text, complete, stats)
             except Exception as exc:
                 failure = exc
         try:
-            self.chat.end_reply(_footer(result, error))
+            self.chat.end_reply(reply_footer(stats))  # as it will read when reopened
             if result is not None:
                 self.stats.set_snapshot(result.snapshot)
         finally:  # whatever failed, the window is idle again
@@ -494,7 +496,7 @@ class MainWindow(QMainWindow):
     def _show_conversation(self, conv_id: int) -> None:
         shown = []
         for m in self.store.messages(conv_id):
-            footer = _footer_from_stats(m.stats) if m.role == "assistant" else ""
+            footer = reply_footer(m.stats) if m.role == "assistant" else ""
             drafted = list(m.stats.get("drafted", [])) if m.stats else []
             shown.append(ChatMessage(m.role, m.content, _expand(drafted, len(m.content)), footer))
         self.chat.set_messages(shown)
@@ -647,22 +649,6 @@ def _title_from(text: str) -> str:
     return words if len(words) <= 48 else words[:47].rstrip() + "…"
 
 
-def _footer(result: ReplyResult | None, error: str | None) -> str:
-    if result is None:
-        return f"error: {error}" if error else ""
-    s = result.snapshot
-    parts = [f"{s.n_tokens} tokens", f"{s.tokens_per_s_total:.1f} tok/s"]
-    if result.speculation and s.n_drafted:
-        parts.append(f"accepted {s.n_accepted}/{s.n_drafted} ({s.acceptance_rate:.0%})")
-    if s.baseline_tokens_per_s and s.tokens_per_s_total:
-        parts.append(f"{s.tokens_per_s_total / s.baseline_tokens_per_s:.2f}× vs plain")
-    if error:
-        parts.append(f"error: {error}")
-    elif result.stopped_early:
-        parts.append("stopped")
-    return " · ".join(parts)
-
-
 def _stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
     if result is None:
         return {"stop": "error", "error": error}
@@ -671,8 +657,10 @@ def _stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]
         "stop": "error" if error else result.stop,
         "error": error,
         "tokens": s.n_tokens,
-        "tokens_per_s": s.tokens_per_s_total,
+        # The figures of gambit.engine.metrics, as the panel shows them.
+        "tokens_per_s": s.tokens_per_s,
         "baseline_tokens_per_s": s.baseline_tokens_per_s,
+        "speedup": s.speedup,  # None: nothing drafted, no claim
         "drafted_tokens": s.n_drafted,
         "accepted_tokens": s.n_accepted,
         "acceptance_rate": s.acceptance_rate,
@@ -705,27 +693,3 @@ def _expand(runs: list[int], length: int) -> list[bool]:
         flags.extend([value] * int(n))
         value = not value
     return (flags + [False] * length)[:length]
-
-
-def _footer_from_stats(stats: dict[str, Any] | None) -> str:
-    if not stats:
-        return ""
-    parts = []
-    if stats.get("tokens") is not None:
-        parts.append(f"{stats['tokens']} tokens")
-    if stats.get("tokens_per_s"):
-        parts.append(f"{stats['tokens_per_s']:.1f} tok/s")
-    if stats.get("speculation") and stats.get("drafted_tokens"):
-        parts.append(
-            f"accepted {stats['accepted_tokens']}/{stats['drafted_tokens']} "
-            f"({stats['acceptance_rate']:.0%})"
-        )
-    base = stats.get("baseline_tokens_per_s")
-    if base and stats.get("tokens_per_s"):
-        parts.append(f"{stats['tokens_per_s'] / base:.2f}× vs plain")
-    stop = stats.get("stop")
-    if stop in ("cancelled", "window closed", "interrupted"):
-        parts.append("stopped" if stop == "cancelled" else "interrupted")
-    if stats.get("error"):
-        parts.append(f"error: {stats['error']}")
-    return " · ".join(parts)

@@ -38,7 +38,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
+from gambit.engine.metrics import (
+    NO_FIGURE,
+    MetricsSnapshot,
+    MetricsTracker,
+    format_percent,
+    format_rate,
+    format_speedup,
+)
 from gambit.ui import theme
 from gambit.ui.theme import Tone
 
@@ -53,21 +60,28 @@ CHART_MIN_HEIGHT: Final = 84
 CHART_MAX_HEIGHT: Final = 190
 SPEEDUP_GOOD: Final = 1.05  # at or above: the bet pays (green)
 SPEEDUP_BAD: Final = 0.97  # below: the bet loses (red); in between: amber
-PLACEHOLDER: Final = "—"
+PLACEHOLDER: Final = NO_FIGURE
 
 _WINDOW = MetricsTracker.WINDOW
 
 TOOLTIPS: Final[dict[str, str]] = {
-    "speedupValue": "Rolling tokens/s of this reply over the baseline: above 1× the bet pays.",
-    "tokensPerSecondValue": f"Reply tokens per second over the last {_WINDOW} rounds.",
+    "speedupValue": (
+        "This reply's tokens/s over the baseline: above 1× the bet pays. Only a reply "
+        "that drafted has one (— otherwise); the reply's footer shows the same figure."
+    ),
+    "tokensPerSecondValue": (
+        "This reply's tokens / its generation time (from the end of prompt processing "
+        "to the last round), as in the reply's footer and gambit-cli."
+    ),
     "baselineValue": (
-        "Plain decoding's rate measured on this machine for this model at about this "
-        "context length (1 / t_target(1))."
+        "Plain decoding's rate for this model on this machine (1 / t_target(1)): measured "
+        "at load, kept current by plain rounds, and re-measured on the reply's own "
+        "context at the end of a reply that drafted."
     ),
     "acceptedValue": "Draft tokens the target model accepted / draft tokens proposed, this reply.",
     "acceptanceValue": "Accepted draft tokens / drafted tokens over the whole reply.",
     "acceptanceRollingValue": (
-        f"Accepted draft tokens / drafted tokens over the last {_WINDOW} rounds."
+        f"Accepted draft tokens / drafted tokens over the last {_WINDOW} rounds that drafted."
     ),
     "gammaValue": (
         "γ: draft tokens proposed per round by the controller (a tree's main chain; side "
@@ -82,8 +96,9 @@ TOOLTIPS: Final[dict[str, str]] = {
         "what the tree won over a plain chain."
     ),
     "gammaReasonValue": (
-        "Why the controller chose this γ: the expected speedup over plain decoding, "
-        "from measured costs and acceptance."
+        "What the controller does next and why: its expected speedup over plain decoding "
+        "(an expectation from measured costs and acceptance, not a measurement), and the "
+        "thresholds it switches at."
     ),
     "ttftValue": (
         "Time to first token: from the request to the first visible token, prompt included."
@@ -96,7 +111,10 @@ TOOLTIPS: Final[dict[str, str]] = {
 }
 
 CHART_TOOLTIPS: Final[dict[str, str]] = {
-    "tokensPerSecondChart": "Rolling tokens/s over the reply's elapsed seconds; dashed: baseline.",
+    "tokensPerSecondChart": (
+        f"Tokens/s over the last {_WINDOW} rounds, against the reply's elapsed seconds; "
+        "dashed: baseline."
+    ),
     "gammaChart": "The controller's γ over the reply's elapsed seconds (0: speculation off).",
     "acceptanceChart": (
         "α_d: of the rounds in this reply that reached depth d (every draft token before "
@@ -118,20 +136,8 @@ def speedup_tone(speedup: float) -> Tone:
     return "bad"
 
 
-def format_rate(tokens_per_s: float) -> str:
-    return f"{tokens_per_s:.0f} tok/s" if tokens_per_s >= 100 else f"{tokens_per_s:.1f} tok/s"
-
-
 def format_ms(ms: float) -> str:
     return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.1f} ms"
-
-
-def format_percent(fraction: float) -> str:
-    return f"{fraction * 100:.0f}%"
-
-
-def format_speedup(speedup: float) -> str:
-    return f"{speedup:.2f}×"
 
 
 def format_shape(gamma: int, side_nodes: int) -> str:
@@ -326,6 +332,10 @@ class StatsPanel(QDockWidget):
 
     def start_reply(self) -> None:
         """Forget the previous reply: clear the charts and the counters."""
+        self.clear()
+
+    def clear(self) -> None:
+        """Show no figures (a model unloads or failed to load: none of them hold now)."""
         self._timer.stop()
         self._snapshot = None
         self._dirty = False
@@ -374,7 +384,9 @@ class StatsPanel(QDockWidget):
         self._update_acceptance_chart(snap.acceptance_by_position)
 
     def _add_sample(self, snap: MetricsSnapshot) -> None:
-        sample = _Sample(snap.elapsed_s, snap.tokens_per_s, snap.baseline_tokens_per_s, snap.gamma)
+        sample = _Sample(
+            snap.elapsed_s, snap.tokens_per_s_rolling, snap.baseline_tokens_per_s, snap.gamma
+        )
         if self._samples:
             last = self._samples[-1].t
             if sample.t < last:  # a new reply started without start_reply()
@@ -386,15 +398,12 @@ class StatsPanel(QDockWidget):
     def _show_counters(self, s: MetricsSnapshot) -> None:
         v = self._values
         v["acceptedValue"].setText(f"{s.n_accepted:,} / {s.n_drafted:,}")
-        if s.n_drafted:
-            v["acceptanceValue"].setText(format_percent(s.acceptance_rate))
-            recent = s.gamma > 0 or s.acceptance_rate_rolling > 0
-            v["acceptanceRollingValue"].setText(
-                format_percent(s.acceptance_rate_rolling) if recent else PLACEHOLDER
-            )
-        else:
-            v["acceptanceValue"].setText(PLACEHOLDER)
-            v["acceptanceRollingValue"].setText(PLACEHOLDER)
+        drafted = s.n_drafted > 0
+        v["acceptanceValue"].setText(format_percent(s.acceptance_rate) if drafted else PLACEHOLDER)
+        recent = s.acceptance_rate_rolling
+        v["acceptanceRollingValue"].setText(
+            format_percent(recent) if drafted and recent is not None else PLACEHOLDER
+        )
         v["gammaValue"].setText(str(s.gamma))
         tree = bool(s.tree)
         v["shapeValue"].setText(format_shape(s.gamma, s.side_nodes) if tree else PLACEHOLDER)
@@ -402,16 +411,12 @@ class StatsPanel(QDockWidget):
         for label in self._shape_tile:
             label.setVisible(tree)
         v["gammaReasonValue"].setText(s.gamma_reason or PLACEHOLDER)
-        rate = format_rate(s.tokens_per_s) if s.n_tokens else PLACEHOLDER
-        v["tokensPerSecondValue"].setText(rate)
-        baseline = s.baseline_tokens_per_s
-        v["baselineValue"].setText(format_rate(baseline) if baseline > 0 else PLACEHOLDER)
-        if baseline > 0 and s.n_tokens:
-            v["speedupValue"].setText(format_speedup(s.speedup))
-            self._set_tone(v["speedupValue"], speedup_tone(s.speedup))
-        else:
-            v["speedupValue"].setText(PLACEHOLDER)
-            self._set_tone(v["speedupValue"], "neutral")
+        v["tokensPerSecondValue"].setText(format_rate(s.tokens_per_s))
+        v["baselineValue"].setText(format_rate(s.baseline_tokens_per_s))
+        # No drafting, no bet: no figure and no colour (metrics.speedup says when).
+        v["speedupValue"].setText(format_speedup(s.speedup))
+        tone = speedup_tone(s.speedup) if s.speedup is not None else "neutral"
+        self._set_tone(v["speedupValue"], tone)
         v["ttftValue"].setText(format_ms(s.ttft_ms) if s.n_tokens else PLACEHOLDER)
         has_gaps = s.n_tokens > 1
         v["p50Value"].setText(format_ms(s.p50_ms) if has_gaps else PLACEHOLDER)
@@ -572,7 +577,7 @@ class StatsPanel(QDockWidget):
 
         grid = self._grid(layout)
         self._tile(grid, 0, 0, "Acceptance", "acceptanceValue")
-        self._tile(grid, 0, 1, f"Last {_WINDOW} rounds", "acceptanceRollingValue")
+        self._tile(grid, 0, 1, f"Last {_WINDOW} drafts", "acceptanceRollingValue")
         self._tile(grid, 0, 2, "Accepted / drafted", "acceptedValue")
         self._tile(grid, 2, 0, "γ (draft length)", "gammaValue")
         self._tile(grid, 2, 1, "Controller", "gammaReasonValue", span=2)

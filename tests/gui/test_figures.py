@@ -1,0 +1,162 @@
+"""A reply's figures are one set of numbers wherever they show: the reply's
+footer, the statistics panel, the footer read back from the history, and the
+``gambit-cli generate`` summary line for the same reply. Real weights, the real
+worker thread, offscreen Qt."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QMessageBox
+from pytestqt.qtbot import QtBot
+
+from gambit.cli import summary_line
+from gambit.engine.metrics import NO_FIGURE, format_rate, format_speedup
+from gambit.storage.conversations import ConversationStore
+from gambit.storage.settings import Settings, SettingsStore
+from gambit.ui.main_window import MainWindow
+from gambit.worker import ReplyResult
+
+LOAD_TIMEOUT_MS = 120_000
+REPLY_TIMEOUT_MS = 120_000
+PROMPT = "List the days of the week, one per line."
+
+
+@pytest.fixture
+def pair(smol_q8_0: Path, smol_q4_1: Path) -> Settings:
+    """A Q8_0 target with its Q4_1 sibling drafting every round (fixed γ)."""
+    return Settings(
+        target_model=str(smol_q8_0),
+        drafter="draft",
+        draft_model=str(smol_q4_1),
+        policy="fixed",
+        fixed_gamma=3,
+        temperature=0.0,
+        max_tokens=24,
+        context_size=1024,
+        threads=2,
+    )
+
+
+@pytest.fixture
+def open_window(qtbot: QtBot, tmp_path: Path) -> Iterator[type[MainWindow]]:
+    windows: list[MainWindow] = []
+
+    def make(settings: Settings | None = None, load: bool = True) -> MainWindow:
+        store = SettingsStore(tmp_path / "settings.json")
+        if settings is not None:
+            store.save(settings)
+        w = MainWindow(store, ConversationStore(tmp_path / "conversations.sqlite3"))
+        qtbot.addWidget(w)
+        windows.append(w)
+        w.show()
+        if load:
+            w.load_engine()
+            qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+        return w
+
+    yield make  # type: ignore[misc]
+    for w in windows:
+        w.close()
+
+
+def reply(qtbot: QtBot, w: MainWindow, text: str = PROMPT) -> ReplyResult:
+    results: list[ReplyResult] = []
+    w.worker.finished.connect(results.append)
+    w.input.setPlainText(text)
+    qtbot.mouseClick(w.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not w.generating, timeout=REPLY_TIMEOUT_MS)
+    assert len(results) == 1
+    return results[0]
+
+
+def shown(w: MainWindow, name: str) -> QLabel:
+    label = w.stats.findChild(QLabel, name)
+    assert label is not None, name
+    return label
+
+
+def test_footer_panel_history_and_cli_show_the_same_figures(
+    qtbot: QtBot, open_window: type[MainWindow], pair: Settings
+) -> None:
+    w = open_window(pair)
+    result = reply(qtbot, w)
+    snap = result.snapshot
+    assert snap.n_drafted > 0 and snap.speedup is not None  # it drafted: a claim to make
+    speedup = shown(w, "speedupValue")
+    final = (format_speedup(snap.speedup), format_rate(snap.tokens_per_s))
+    shows = lambda: (speedup.text(), shown(w, "tokensPerSecondValue").text())  # noqa: E731
+    qtbot.waitUntil(lambda: shows() == final, timeout=5000)  # the last figures, not the live ones
+
+    rate = shown(w, "tokensPerSecondValue").text()
+    baseline = shown(w, "baselineValue").text()
+    acceptance = shown(w, "acceptanceValue").text()
+    accepted, drafted = re.fullmatch(r"(\d+) / (\d+)", shown(w, "acceptedValue").text()).groups()  # type: ignore[union-attr]
+    assert rate.endswith(" tok/s") and baseline.endswith(" tok/s")
+
+    footer = w.chat.messages[-1].footer
+    assert footer == (
+        f"{snap.n_tokens} tokens · {rate} · accepted {accepted}/{drafted} ({acceptance}) · "
+        f"{speedup.text()} vs plain"
+    )
+
+    # The same footer when the conversation is read back from the history.
+    w.close()
+    again = open_window(load=False)
+    assert again.chat.messages[-1].footer == footer
+
+    # And the CLI's line for the same reply (the same snapshot) says the same.
+    line = summary_line(
+        snap, drafter="draft model", detail=None, reason=snap.gamma_reason, stop=result.stop
+    )
+    assert f"| {snap.n_tokens} tokens | {rate} |" in line
+    assert f"speedup {speedup.text()} measured (plain decoding here: {baseline})" in line
+    assert f"accepted {accepted}/{drafted} ({acceptance})" in line
+    assert "controller: fixed γ=3: expected" in line  # an expectation, labelled as one
+    print(f"footer: {footer}\nCLI:    {line}")
+
+
+def test_a_reply_without_drafting_claims_no_speedup(
+    qtbot: QtBot, open_window: type[MainWindow], pair: Settings
+) -> None:
+    w = open_window(pair.with_(speculation=False))
+    result = reply(qtbot, w)
+    snap = result.snapshot
+    assert snap.n_tokens > 0 and snap.n_drafted == 0 and snap.speedup is None
+    rate = shown(w, "tokensPerSecondValue")
+    # (the reply's last figures, not one the panel showed while it streamed)
+    qtbot.waitUntil(lambda: rate.text() == format_rate(snap.tokens_per_s), timeout=5000)
+
+    footer = w.chat.messages[-1].footer
+    assert footer == f"{snap.n_tokens} tokens · {rate.text()}"  # no "× vs plain"
+    speedup = shown(w, "speedupValue")
+    assert speedup.text() == NO_FIGURE
+    assert speedup.property("tone") == "neutral"  # no colour-coded guess either
+    assert shown(w, "acceptanceValue").text() == NO_FIGURE
+    assert "switched off" in shown(w, "gammaReasonValue").text()
+    line = summary_line(snap, drafter="draft model", detail=None, reason="", stop=result.stop)
+    assert f"speedup {NO_FIGURE} (nothing drafted)" in line and "×" not in line
+
+
+def test_a_failed_load_leaves_no_figures_behind(
+    qtbot: QtBot, open_window: type[MainWindow], pair: Settings, changed_tokenizer: Path
+) -> None:
+    w = open_window(pair)
+    reply(qtbot, w)
+    speedup = shown(w, "speedupValue")
+    qtbot.waitUntil(lambda: speedup.text() != NO_FIGURE, timeout=5000)
+
+    # A draft whose tokenizer differs passes the file checks, then fails to load.
+    assert w.apply_settings(w.settings.with_(draft_model=str(changed_tokenizer)))
+    qtbot.waitUntil(
+        lambda: w.findChild(QMessageBox, "errorDialog") is not None, timeout=LOAD_TIMEOUT_MS
+    )
+    assert w.engine_info is None
+    for name in ("speedupValue", "tokensPerSecondValue", "baselineValue", "acceptanceValue",
+                 "acceptanceRollingValue", "gammaReasonValue"):  # fmt: skip
+        assert shown(w, name).text() == NO_FIGURE, name
+    assert speedup.property("tone") == "neutral"

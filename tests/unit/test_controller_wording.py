@@ -1,0 +1,118 @@
+"""What the controller says it will do and why, for given costs and acceptance.
+
+One draft position (γ_max = 1) keeps the arithmetic visible: verifying two
+tokens costs 1.5 plain steps and the drafter is free, so with acceptance α
+the expected speedup is (1 + α) / 1.5.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gambit.engine.controller import CostModel, GammaController, PolicyMode
+from gambit.engine.decoder import Round
+
+T1 = 0.010
+NEED = f"{(GammaController.ON_ABOVE - 1) * 100:.0f} %"  # the gain needed to switch on
+
+
+def costs(t2_ratio: float = 1.5, draft_ratio: float = 0.0) -> CostModel:
+    c = CostModel(2)
+    c.set_target(1, T1)
+    c.set_target(2, T1 * t2_ratio)
+    c.draft_ratio = draft_ratio
+    return c
+
+
+def controller(
+    alpha: float, mode: PolicyMode = "adaptive", t2_ratio: float = 1.5, draft_ratio: float = 0.0
+) -> GammaController:
+    ctrl = GammaController(
+        costs(t2_ratio, draft_ratio), mode=mode, gamma_max=1, fixed_gamma=1, prior_alpha=alpha
+    )
+    ctrl.acceptance.alpha[:] = alpha
+    return ctrl
+
+
+def probe(accepted: bool) -> Round:
+    return Round(
+        index=0, tokens=(7, 8) if accepted else (7,), text="", gamma=1, n_drafted=1,
+        n_accepted=int(accepted), outcomes=(accepted,), t_draft_s=0.0, t_verify_s=1.5 * T1,
+        elapsed_s=0.0,
+    )  # fmt: skip
+
+
+def off_after_a_probe(alpha: float) -> GammaController:
+    """A controller that just probed and stayed off, then holds acceptance ``alpha``."""
+    ctrl = controller(0.3)
+    ctrl.on = False
+    assert ctrl.next_gamma() == 1  # the first probe comes at once
+    ctrl.observe(probe(accepted=False))
+    assert not ctrl.on
+    ctrl.acceptance.alpha[:] = alpha
+    return ctrl
+
+
+def test_off_within_the_hysteresis_shows_the_threshold() -> None:
+    ctrl = off_after_a_probe(0.53)  # (1 + 0.53) / 1.5 = 1.02
+    assert ctrl.next_gamma() == 0
+    assert ctrl.decision.reason == (
+        f"off: a draft would gain 2 %, below the {NEED} needed to switch on"
+    )
+
+
+def test_off_when_a_draft_would_lose() -> None:
+    ctrl = off_after_a_probe(0.35)  # 0.90x
+    assert ctrl.next_gamma() == 0
+    assert ctrl.decision.reason == (
+        f"off: a draft would lose 10 % (expected 0.90x); on once it would gain more than {NEED}"
+    )
+
+
+def test_on_says_what_it_drafts_and_when_it_stops() -> None:
+    ctrl = controller(0.8)
+    ctrl.next_gamma()
+    ctrl.observe(probe(accepted=True))  # measured once: no longer the prior alone
+    ctrl.acceptance.alpha[:] = 0.8  # (1 + 0.8) / 1.5 = 1.2
+    assert ctrl.on
+    assert ctrl.next_gamma() == 1
+    assert ctrl.decision.reason == "on: drafting γ=1, expected 1.20x; off if that falls below 1.00x"
+
+
+def test_probing_says_why() -> None:
+    ctrl = controller(0.35)
+    ctrl.on = False
+    assert ctrl.next_gamma() == 1
+    assert ctrl.decision.reason == (
+        f"probing: trying γ=1 to re-measure acceptance (on if a draft would gain more than {NEED})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("t2_ratio", "draft_ratio", "outcome"),
+    [
+        (2.0, 0.4, "would reach only 0.83x"),  # 2 tokens / (2.0 + 0.4) steps
+        (1.75, 0.0, "would gain only 14 %, too little to risk probing"),  # 2 / 1.75
+    ],
+)
+def test_cannot_pay_says_what_costs_too_much(
+    t2_ratio: float, draft_ratio: float, outcome: str
+) -> None:
+    ctrl = controller(0.9, t2_ratio=t2_ratio, draft_ratio=draft_ratio)
+    ctrl.on = False
+    assert ctrl.next_gamma() == 0
+    costs = f"verifying 2 tokens costs {t2_ratio:.2f} plain steps"
+    if draft_ratio:
+        costs += f" and each draft step {draft_ratio:.2f}"
+    assert ctrl.decision.reason == (
+        f"off: cannot pay here: even if every draft were accepted, γ=1 {outcome} ({costs})"
+    )
+
+
+def test_fixed_and_off_policies_say_so() -> None:
+    ctrl = controller(0.35, mode="fixed")
+    assert ctrl.next_gamma() == 1
+    assert ctrl.decision.reason == "fixed γ=1: expected 0.90x, slower than plain decoding"
+    ctrl = controller(0.35, mode="off")
+    assert ctrl.next_gamma() == 0
+    assert ctrl.decision.reason == "off: switched off in Settings (policy: off)"

@@ -1,0 +1,84 @@
+"""The figures' definitions (gambit.engine.metrics), from hand-built Round events."""
+
+from __future__ import annotations
+
+import pytest
+
+from gambit.engine.decoder import Round
+from gambit.engine.metrics import (
+    NO_FIGURE,
+    MetricsTracker,
+    format_accepted,
+    format_rate,
+    format_speedup,
+    speedup,
+)
+
+
+def rnd(
+    index: int, elapsed_s: float, n_tokens: int = 1, n_drafted: int = 0, n_accepted: int = 0
+) -> Round:
+    outcomes = (True,) * n_accepted + ((False,) if n_accepted < n_drafted else ())
+    return Round(
+        index=index, tokens=tuple(range(n_tokens)), text="x" * n_tokens, gamma=n_drafted,
+        n_drafted=n_drafted, n_accepted=n_accepted, outcomes=outcomes,
+        t_draft_s=0.0, t_verify_s=0.01, elapsed_s=elapsed_s,
+    )  # fmt: skip
+
+
+def test_tokens_per_s_leaves_prompt_processing_out() -> None:
+    tracker = MetricsTracker()
+    tracker.set_prefill(1.0)  # one second of prompt processing
+    for i in range(10):
+        tracker.add(rnd(i, 1.0 + 0.1 * (i + 1)))  # then 10 tokens in one second
+    snap = tracker.snapshot(baseline_tokens_per_s=8.0)
+    assert snap.tokens_per_s == pytest.approx(10.0)
+    assert snap.ttft_ms == pytest.approx(1100.0)  # the first token waits for the prompt
+
+
+def test_a_reply_without_drafting_claims_no_speedup() -> None:
+    tracker = MetricsTracker()
+    for i in range(20):
+        tracker.add(rnd(i, 0.01 * (i + 1)))
+    snap = tracker.snapshot(baseline_tokens_per_s=50.0)  # twice as fast as "plain"
+    assert snap.tokens_per_s == pytest.approx(100.0)
+    assert snap.speedup is None  # no bet placed: no claim, however the rates compare
+    assert snap.acceptance_rate_rolling is None
+    assert format_speedup(snap.speedup) == NO_FIGURE
+
+
+def test_speedup_is_the_reply_rate_over_the_baseline() -> None:
+    tracker = MetricsTracker()
+    tracker.add(rnd(0, 0.1, n_tokens=3, n_drafted=4, n_accepted=2))
+    tracker.add(rnd(1, 0.2, n_tokens=1))
+    snap = tracker.snapshot(baseline_tokens_per_s=16.0)
+    assert snap.tokens_per_s == pytest.approx(20.0)
+    assert snap.speedup == pytest.approx(20.0 / 16.0)
+    assert speedup(20.0, 16.0, n_drafted=4) == snap.speedup
+    assert speedup(20.0, 0.0, n_drafted=4) is None  # no baseline measured yet
+    assert speedup(20.0, 16.0, n_drafted=0) is None
+
+
+def test_recent_acceptance_counts_the_last_rounds_that_drafted() -> None:
+    tracker = MetricsTracker()
+    t = 0.0
+    for i in range(40):  # drafting rounds first: 3 of 4 accepted ...
+        t += 0.01
+        tracker.add(rnd(i, t, n_tokens=4, n_drafted=4, n_accepted=3))
+    for i in range(40, 100):  # ... then a long stretch of plain rounds
+        t += 0.01
+        tracker.add(rnd(i, t))
+    snap = tracker.snapshot(baseline_tokens_per_s=50.0)
+    # The last 16 rounds drafted nothing: the rolling figure still speaks for
+    # the last 16 that did, instead of showing nothing.
+    assert snap.acceptance_rate_rolling == pytest.approx(0.75)
+    assert snap.acceptance_rate == pytest.approx(0.75)
+    assert snap.tokens_per_s_rolling == pytest.approx(100.0)  # the last 16 rounds: plain
+
+
+def test_formats_are_shared() -> None:
+    assert format_rate(112.34) == "112.3 tok/s"
+    assert format_rate(0.0) == NO_FIGURE
+    assert format_speedup(1.074) == "1.07×"
+    assert format_accepted(13, 17) == "accepted 13/17 (76%)"
+    assert format_accepted(0, 0) == "accepted 0/0"
