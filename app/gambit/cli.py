@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -27,9 +26,10 @@ from gambit.engine.metrics import (
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import DrafterKind, Engine, EngineConfig
-from gambit.errors import GambitError
+from gambit.errors import GambitError, OperationCancelledError
 from gambit.models.commands import add_models_parser, run_models
 from gambit.models.default_model import NO_COUNTS, Progress, default_model_path
+from gambit.stop_signals import StopSignals
 from gambit.storage.paths import cache_dir, resources_dir
 
 
@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _engine_config(args: argparse.Namespace) -> EngineConfig:
+def _engine_config(args: argparse.Namespace, cancel: threading.Event | None = None) -> EngineConfig:
     target = args.target
     if target is None:
         target = default_model_path(progress=_stderr_progress())
@@ -208,7 +208,10 @@ def _engine_config(args: argparse.Namespace) -> EngineConfig:
         from gambit.models.layerskip import ensure_layer_skip_draft
 
         result = ensure_layer_skip_draft(
-            target, progress=_stderr_progress("Finding layers to skip"), options=options
+            target,
+            progress=_stderr_progress("Finding layers to skip"),
+            options=options,
+            cancel=cancel,
         )
         draft = result.path
     policy: PolicyMode = args.policy if args.command == "generate" else "adaptive"
@@ -267,8 +270,10 @@ def _stderr_progress(what: str = "Preparing the default model") -> Progress:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     cancel = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: cancel.set())  # Ctrl-C stops at the next round
-    with _Closing(Engine(_engine_config(args))) as engine:
+    # Ctrl-C or SIGTERM stops the reply at the next round, or the layer-skip
+    # search (--layer-skip) at its next step, which then deletes its copies.
+    signals = StopSignals(cancel).install()
+    with _Closing(Engine(_engine_config(args, cancel))) as engine:
         config = GenerationConfig(max_tokens=args.max_tokens, sampling=_sampling(args))
         d0 = engine.decode_seconds
         if args.raw:
@@ -292,7 +297,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             engine.remeasure_baseline()  # plain decoding on this reply's context
         snap = tracker.snapshot(engine.controller.baseline_tokens_per_s)
         print(_stats_line(engine, snap, stop.value if stop else "?"), file=sys.stderr)
-    return 130 if cancel.is_set() else 0
+    return signals.exit_code if cancel.is_set() else 0
 
 
 def _stats_line(engine: Engine, s: MetricsSnapshot, stop: str) -> str:
@@ -380,6 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_bench(args)
         if args.command == "models":
             return run_models(args)
+    except OperationCancelledError as exc:  # a layer-skip search stopped by Ctrl-C
+        print(f"gambit-cli: {exc}", file=sys.stderr)
+        return 130
     except GambitError as exc:
         print(f"gambit-cli: error: {exc}", file=sys.stderr)
         return 2

@@ -72,5 +72,9 @@ class DecodeAbortedError(DecodeError):
     """llama_decode stopped midway because its abort event was set (Stop, Ctrl-C, close)."""
 
 
+class OperationCancelledError(GambitError):
+    """The user stopped a long job (Cancel, Ctrl-C, SIGTERM); it left no partial file."""
+
+
 class ProvisioningError(GambitError):
     """The embedded default model could not be obtained or failed its checks."""

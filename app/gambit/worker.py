@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
@@ -27,7 +27,7 @@ from gambit.engine.decoder import GenerationConfig, StopReason
 from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
-from gambit.errors import GambitError
+from gambit.errors import GambitError, OperationCancelledError
 from gambit.ui import qt_compat
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,9 @@ class EngineInfo:
     drafter_detail: str | None = None
     # The target's kernels and why (gambit.engine.kernels.KernelChoice.describe)
     kernels: str | None = None
+    # Why the drafter chosen in the settings is not used, in plain words (layer
+    # skipping would not pay, or its search was cancelled); None when it is.
+    drafter_refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,9 +138,10 @@ class EngineWorker(QObject):
         self._close_engine()
         if not self._closing.is_set():
             self._cancel.clear()  # a Stop meant for an earlier reply must not cancel this
+        refused: str | None = None
         try:
             if isinstance(config, EngineRequest):
-                config = self._resolve(config)
+                config, refused = self._resolve(config)
             elif config is None:
                 assert callable(make_config)
                 config = make_config(self._default_model())
@@ -158,6 +162,7 @@ class EngineWorker(QObject):
                 load_seconds=time.perf_counter() - t0,
                 drafter_detail=engine.drafter_detail,
                 kernels=engine.target_kernels.describe(),
+                drafter_refused=refused,
             )
             self.loaded.emit(info)
         except GambitError as exc:
@@ -166,10 +171,16 @@ class EngineWorker(QObject):
             log.exception("loading failed")
             self.load_failed.emit(f"Unexpected error while loading: {exc!r}")
 
-    def _resolve(self, request: EngineRequest) -> EngineConfig:
+    def _resolve(self, request: EngineRequest) -> tuple[EngineConfig, str | None]:
+        """The config, and why the chosen drafter is not in it (or None)."""
         target = request.target if request.target is not None else self._default_model()
-        draft = self._layer_skip_draft(target, request.options) if request.layer_skip else None
-        return request.make_config(target, draft)
+        if not request.layer_skip:
+            return request.make_config(target, None), None
+        draft, refused = self._layer_skip_draft(target, request.options)
+        config = request.make_config(target, draft)
+        if refused is not None:  # the model runs without a drafter
+            config = replace(config, drafter="none", draft=None, tree=False)
+        return config, refused
 
     def _default_model(self) -> Path:
         from gambit.models.default_model import default_model_path, describe_progress
@@ -181,10 +192,13 @@ class EngineWorker(QObject):
 
         return default_model_path(progress=progress)
 
-    def _layer_skip_draft(self, target: Path, options: RuntimeOptions | None) -> Path:
+    def _layer_skip_draft(
+        self, target: Path, options: RuntimeOptions | None
+    ) -> tuple[Path | None, str | None]:
         """The layer-skip draft of ``target``: from the cache, or searched for now
-        (about a minute, the first time). ``cancel`` and closing the window stop
-        the search (``LayerSkipCancelledError``, a GambitError: the load fails)."""
+        (about a minute, the first time); or None and why, when drafting with it
+        would not pay or ``cancel`` stopped the search. Closing the window stops
+        the search too, and the load fails (``LayerSkipCancelledError``)."""
         from gambit.models.layerskip import ensure_layer_skip_draft
 
         def progress(stage: str, done: int, total: int) -> None:
@@ -192,10 +206,20 @@ class EngineWorker(QObject):
             self.load_progress.emit(f"Finding layers to skip: {stage} — {pct}%")
 
         self.load_progress.emit(f"Finding layers to skip in {target.name}…")
-        result = ensure_layer_skip_draft(
-            target, progress=progress, cancel=self._cancel, options=options
-        )
-        return result.path
+        try:
+            result = ensure_layer_skip_draft(
+                target, progress=progress, cancel=self._cancel, options=options
+            )
+        except OperationCancelledError:
+            if self._closing.is_set():
+                raise
+            self._cancel.clear()  # meant for the search, not for the load that follows
+            return None, (
+                "The search for layers to skip was cancelled, so self-speculation was not "
+                "switched on."
+            )
+        refusal = result.plan.refusal()
+        return (None, refusal) if refusal is not None else (result.path, None)
 
     @Slot(object, object)
     def generate(self, messages: list[Message], config: GenerationConfig) -> None:

@@ -126,7 +126,8 @@ def fake_search(
         progress("writing the draft", 30, 30)
         assert cancel is not None and not cancel.is_set()
         path = layerskip.write_layer_skip_model(target, tmp_path / "skip.gguf", (10, 20))
-        return SimpleNamespace(path=path, from_cache=False)
+        pays = SimpleNamespace(refusal=lambda: None)  # a plan worth drafting with
+        return SimpleNamespace(path=path, from_cache=False, plan=pays)
 
     monkeypatch.setattr(layerskip, "ensure_layer_skip_draft", ensure)
     return calls
@@ -187,21 +188,29 @@ def test_layer_skip_search_stops_on_cancel_and_on_close(
     thread = WorkerThread()
     requests = Requests()
     requests.load.connect(thread.worker.load)
-    failures: list[str] = []
-    thread.worker.load_failed.connect(failures.append)
+    outcomes: list[Any] = []
+    thread.worker.loaded.connect(outcomes.append)
+    thread.worker.load_failed.connect(outcomes.append)
     try:
         requests.load.emit(request, None)
         assert started.wait(10)
         thread.worker.cancel()  # from this (the UI) thread, as the window would
-        qtbot.waitUntil(lambda: bool(failures), timeout=10_000)
-        assert failures == ["cancelled: the layer-skip search was stopped"]
+        qtbot.waitUntil(lambda: bool(outcomes), timeout=LOAD_TIMEOUT_MS)
+        # Cancelled: the model loads without a drafter, and says why.
+        [info] = outcomes
+        assert isinstance(info, EngineInfo), info
+        assert (info.drafter, info.drafter_label) == ("none", None)
+        assert info.drafter_refused is not None and "was cancelled" in info.drafter_refused
 
-        # Closing while a search runs: stop() ends it instead of waiting it out.
+        # Closing while a search runs: stop() ends it instead of waiting it out,
+        # and no model is loaded after it.
         started.clear()
+        outcomes.clear()
         requests.load.emit(request, None)
         assert started.wait(10)
     finally:
         assert thread.stop(timeout_ms=10_000)
+    assert outcomes == [] or outcomes == ["cancelled: the layer-skip search was stopped"]
 
 
 # -- soak: hundreds of turns must leave memory and file descriptors where they were

@@ -26,6 +26,7 @@ from gambit.errors import ModelNotFoundError, NotGGUFError
 from gambit.models.gguf_file import read_header
 from gambit.models.info import inspect_model
 from gambit.models.layerskip import (
+    MIN_DRAFT_SAVING,
     LayerSkipCancelledError,
     LayerSkipError,
     LayerSkipInfo,
@@ -225,6 +226,9 @@ def test_search_plan_is_consistent(tmp_path: Path, smol_q4_1: Path) -> None:
     assert singles == [(1,), (15,), (28,)]
     assert plan.verify_cost[0] == 1.0 and len(plan.verify_cost) == 9
     assert plan.summary().startswith(plan.info.describe())
+    # its verdict in words: none only when drafting with it pays and saves enough
+    saves = plan.draft_cost_ratio <= 1.0 - MIN_DRAFT_SAVING
+    assert (plan.refusal() is None) == (plan.pays and saves)
     stages = [s for s, _, _ in seen]
     assert stages[0] == "generating reference text"
     assert "measuring block 15 of 30" in stages and stages[-1] == "done"

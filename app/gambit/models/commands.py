@@ -27,6 +27,7 @@ from gambit.models.layerskip import (
 from gambit.models.library import LibraryEntry, ModelLibrary
 from gambit.models.memory import MIB, available_memory, check_fits, estimate_memory
 from gambit.models.pairing import pair_report
+from gambit.stop_signals import StopSignals
 
 
 def add_models_parser(sub: Any) -> None:
@@ -360,7 +361,8 @@ def _plan_table(plan: LayerSkipPlan) -> str:
 
 def cmd_layerskip(args: argparse.Namespace) -> int:
     cancel = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
+    # Ctrl-C or SIGTERM: the search stops at its next step and deletes its copies.
+    stop = StopSignals(cancel).install()
     try:
         result = ensure_layer_skip_draft(
             args.target,
@@ -374,9 +376,9 @@ def cmd_layerskip(args: argparse.Namespace) -> int:
         if sys.stderr.isatty():
             print(file=sys.stderr)
         print(f"gambit-cli: {exc}", file=sys.stderr)
-        return 130
+        return stop.exit_code
     finally:
-        signal.signal(signal.SIGINT, previous)
+        stop.restore()
     if sys.stderr.isatty() and not args.json:
         print(file=sys.stderr)  # end the live progress line
     plan = result.plan

@@ -31,7 +31,7 @@ from gambit.engine.decoder import FixedGamma, GenerationConfig, SpeculativeDecod
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads, ensure_backend
 from gambit.engine.sampling import SamplingParams
-from gambit.errors import GambitError
+from gambit.errors import GambitError, OperationCancelledError
 from gambit.models.child_process import child_env, exit_with_parent, module_command
 from gambit.models.default_model import Progress
 from gambit.models.gguf_file import GGUFHeader, check_model_file
@@ -72,7 +72,7 @@ def requantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: 
     return dst_path
 
 
-class DeriveCancelledError(GambitError):
+class DeriveCancelledError(OperationCancelledError):
     """The user cancelled a derivation; no partial file was left behind."""
 
 

@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -49,6 +48,7 @@ from gambit.models.layerskip_file import (
     write_layer_skip_model,
 )
 from gambit.models.library import ModelLibrary
+from gambit.models.scratch import scratch_dir
 from gambit.storage.files import write_atomic
 
 __all__ = [
@@ -88,6 +88,10 @@ _COST_REPEATS = 11  # pairs of single-token decodes (draft, target) per candidat
 _FILLER = "The quick brown fox jumps over the lazy dog. " * 8
 _PATIENCE = 3  # prefixes tried past the best one before the search stops growing it
 _ACCEPTANCE_FLOOR = 0.02  # below this, skipping more blocks cannot help
+# A draft step has to save at least this share of a target step to be worth
+# drafting with: below it, even perfect acceptance gains next to nothing.
+MIN_DRAFT_SAVING = 0.1
+_SCRATCH_PREFIX = "gambit-layerskip-"
 _SIDECAR_VERSION = 1
 
 
@@ -131,6 +135,29 @@ class LayerSkipPlan:
     @property
     def pays(self) -> bool:
         return self.expected_speedup > 1.0
+
+    def refusal(self) -> str | None:
+        """Why drafting with this plan would not speed anything up, in plain
+        words; None when it pays."""
+        name, k, n = self.source_name, len(self.skipped), self.source_blocks
+        if not self.skipped:
+            return f"Skipping layers cannot speed up {name}: no block of it can be left out."
+        if self.draft_cost_ratio > 1.0 - MIN_DRAFT_SAVING:
+            return (
+                f"Skipping layers cannot speed up {name}: the best choice found leaves out "
+                f"only {k} of its {n} blocks, so a draft step would still cost "
+                f"{self.draft_cost_ratio:.0%} of a full step - too little saved to gain "
+                "anything."
+            )
+        if not self.pays:
+            return (
+                f"Skipping layers cannot speed up {name} on this machine: the best choice "
+                f"found leaves out {k} of its {n} blocks, but then it agrees with the full "
+                f"model on only {self.acceptance:.0%} of the words, and replies would come "
+                f"at about {self.expected_speedup:.2f}x the speed of plain decoding - "
+                "slower, not faster."
+            )
+        return None
 
     @property
     def info(self) -> LayerSkipInfo:
@@ -204,11 +231,14 @@ def _greedy_continuation(rt: ModelRuntime, prompt: list[int], n_tokens: int) -> 
     return out
 
 
-def _agreement(rt: ModelRuntime, refs: Sequence[_Reference]) -> tuple[int, int]:
+def _agreement(
+    rt: ModelRuntime, refs: Sequence[_Reference], cancel: Cancel | None = None
+) -> tuple[int, int]:
     """Positions where ``rt``'s argmax, given the target's text so far, is the
     target's next token: (agreeing, total)."""
     hits = total = 0
     for ref in refs:
+        _check_cancel(cancel)
         rt.clear()
         if len(ref.prompt) > 1:
             rt.decode(ref.prompt[:-1])
@@ -221,7 +251,9 @@ def _agreement(rt: ModelRuntime, refs: Sequence[_Reference]) -> tuple[int, int]:
     return hits, total
 
 
-def _step_ratio(target: ModelRuntime, draft: ModelRuntime, filler: list[int]) -> float:
+def _step_ratio(
+    target: ModelRuntime, draft: ModelRuntime, filler: list[int], cancel: Cancel | None = None
+) -> float:
     """One draft step / one target step: single-token decodes on the same
     context, back to back in pairs (alternating which goes first), the median
     of the pairs' ratios: a pair shares the machine's state of the moment,
@@ -231,6 +263,7 @@ def _step_ratio(target: ModelRuntime, draft: ModelRuntime, filler: list[int]) ->
         rt.decode(filler)
     ratios = []
     for i in range(_COST_REPEATS):
+        _check_cancel(cancel)
         seconds = {}
         for rt in (draft, target) if i % 2 else (target, draft):
             t0 = time.perf_counter()
@@ -306,11 +339,15 @@ class _Evaluator:
     def _load_and_measure(self, key: tuple[int, ...], agreement: bool) -> tuple[float, float]:
         _check_cancel(self.cancel)
         path = self.folder / "candidate.gguf"
-        self.source.write(path, key, cancel=self.cancel, durable=False)
+        try:
+            self.source.write(path, key, cancel=self.cancel, durable=False)
+        except LayerSkipCancelledError:
+            _check_cancel(self.cancel)  # the search was stopped: say that, not a file's name
+            raise
         try:
             with ModelRuntime(path, self.options) as draft:
-                hits, total = _agreement(draft, self.refs) if agreement else (0, 0)
-                ratio = _step_ratio(self.target, draft, self.filler)
+                hits, total = _agreement(draft, self.refs, self.cancel) if agreement else (0, 0)
+                ratio = _step_ratio(self.target, draft, self.filler, self.cancel)
         finally:
             path.unlink(missing_ok=True)
         return (hits / total if total else 0.0), ratio
@@ -462,7 +499,10 @@ def search_layer_skip(
        refinements of the best set (one block more, or one swapped).
 
     Each candidate is written as a GGUF in a temporary folder (under
-    ``workdir``), loaded, measured and deleted. The plan holds the best
+    ``workdir``, the system's by default), loaded, measured and deleted; the
+    folder is named by this process and goes when the search ends, however it
+    ends; one that a killed search left is removed by the next search. The
+    plan holds the best
     candidate by expected speedup - below 1 when nothing pays, which the
     adaptive controller then acts on - and every candidate measured.
     """
@@ -486,7 +526,7 @@ def search_layer_skip(
 
     with (
         ModelRuntime(src, opts) as target_rt,
-        tempfile.TemporaryDirectory(prefix="gambit-layerskip-", dir=workdir) as tmp,
+        scratch_dir(_SCRATCH_PREFIX, workdir) as tmp,
     ):
         refs: list[_Reference] = []
         for i, text in enumerate(texts):

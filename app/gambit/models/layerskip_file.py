@@ -29,10 +29,11 @@ import gguf
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from gambit.errors import GambitError, NotGGUFError
+from gambit.errors import GambitError, NotGGUFError, OperationCancelledError
 from gambit.models.default_model import Progress
 from gambit.models.derive import check_disk_space
 from gambit.models.gguf_file import TensorInfo, check_model_file, read_header
+from gambit.models.scratch import remove_stale
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class LayerSkipError(GambitError):
     """A layer-skip draft cannot be made from this model, or with these blocks."""
 
 
-class LayerSkipCancelledError(GambitError):
+class LayerSkipCancelledError(OperationCancelledError):
     """The user cancelled the search or the writing; no partial file was left behind."""
 
 
@@ -290,7 +291,10 @@ class SourceModel:
         size = self.header.data_offset + sum(self.block_bytes[i] for i in kept)
         size += sum(t.n_bytes for t in self.header.tensors if not _BLOCK_RE.match(t.name))
         check_disk_space(dst.parent, int(size * 1.05), dst.name)
-        # hidden (library scans skip it), unique, and created with the usual permissions
+        # hidden (library scans skip it), unique, and created with the usual permissions;
+        # named by the process, so that one killed mid-write is cleaned up by the next
+        stale = re.compile(rf"\.{re.escape(dst.name)}\.(?P<pid>\d+)-[0-9a-f]{{8}}\.part")
+        remove_stale(dst.parent, stale)
         tmp = dst.with_name(f".{dst.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
         writer = gguf.GGUFWriter(tmp, self.arch)
         writer.data_alignment = int(self.header.metadata.get("general.alignment", 32))

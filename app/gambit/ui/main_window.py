@@ -220,7 +220,12 @@ class MainWindow(QMainWindow):
         self.load_busy.setMaximumSize(120, 14)
         self.load_busy.setTextVisible(False)
         self.load_busy.hide()
+        # Stops a layer-skip search (the one part of a load that can take minutes).
+        self.cancel_load_button = _named(QPushButton("Cancel"), "cancelLoadButton")
+        self.cancel_load_button.setToolTip("Stop the search for layers to skip")
+        self.cancel_load_button.hide()
         self.statusBar().addPermanentWidget(self.load_busy)
+        self.statusBar().addPermanentWidget(self.cancel_load_button)
         self.statusBar().addPermanentWidget(self.spec_label)
         self.statusBar().addPermanentWidget(self.model_label)
         self._repaint = QTimer(self)  # streaming text repaints on a timer, not per token
@@ -249,6 +254,7 @@ class MainWindow(QMainWindow):
         self.input.submitted.connect(self.send)
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(self.stop)
+        self.cancel_load_button.clicked.connect(self.cancel_load)
         self.regen_button.clicked.connect(self.regenerate)
         self.new_button.clicked.connect(self._new_conversation)
         self.search.textChanged.connect(self._refresh_list)
@@ -273,6 +279,8 @@ class MainWindow(QMainWindow):
             layer_skip=s.drafter == "layerskip",
             options=s.target_options(),
         )
+        self.cancel_load_button.setEnabled(True)
+        self.cancel_load_button.setVisible(request.layer_skip)
         self.request_load.emit(request, None)
         self._update_buttons()
 
@@ -280,10 +288,20 @@ class MainWindow(QMainWindow):
     def _on_load_progress(self, text: str) -> None:
         self.statusBar().showMessage(text)
 
+    @Slot()
+    def cancel_load(self) -> None:
+        """Stop the layer-skip search; the model then loads without a drafter."""
+        self.worker.cancel()
+        self.cancel_load_button.setEnabled(False)
+        self.statusBar().showMessage("Cancelling the search for layers to skip…")
+
     @Slot(object)
     def _on_loaded(self, info: EngineInfo) -> None:
         self.engine_info = info
         self.load_busy.hide()
+        self.cancel_load_button.hide()
+        if info.drafter_refused:
+            self._drop_layer_skip(info.drafter_refused)
         drafter = f" + {info.drafter_label}" if info.drafter_label else ""
         if info.draft_name:
             drafter += f" ({info.draft_name})"
@@ -297,12 +315,28 @@ class MainWindow(QMainWindow):
     def _on_load_failed(self, message: str) -> None:
         self.engine_info = None
         self.load_busy.hide()
+        self.cancel_load_button.hide()
         self.stats.set_engine(None)
         self.stats.clear()  # no figure may outlive the model it measured
         self.model_label.setText("No model loaded")
         self.statusBar().showMessage("The model could not be loaded — see Settings", 10000)
         self._show_error("The model could not be loaded", message)
         self._update_buttons()
+
+    def _drop_layer_skip(self, reason: str) -> None:
+        """Self-speculation was chosen but is not used: the settings say so too
+        (drafter back to none), so that nothing claims a drafter that is not there."""
+        self.settings = self.settings.with_(drafter="none")
+        try:
+            self.settings_store.save(self.settings)
+        except Exception as exc:  # the model runs; only the choice is not remembered
+            log.warning("could not save the settings: %s", exc)
+        self._show_error(
+            "Self-speculation is off",
+            f"{reason}\n\nReplies use plain decoding; the drafter in Settings is set back "
+            "to None (choose one there again at any time).",
+            warning=True,
+        )
 
     # ------------------------------------------------------------- chatting
     # Every step from Send to the request reaching the worker either completes
