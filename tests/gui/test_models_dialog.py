@@ -132,11 +132,12 @@ def _start_derive(qtbot: QtBot, dialog: ModelsDialog, ftype: str) -> None:
     _click(qtbot, dialog, "deriveButton")
     combo = dialog.findChild(QComboBox, "deriveQuantCombo")
     assert combo is not None and combo.isVisible()
+    # Of a Q8_0 target: what reads clearly fewer bytes per token, largest first.
     assert [combo.itemData(i) for i in range(combo.count())] == [
-        "Q4_0",
-        "Q4_1",
         "Q4_K_M",
+        "Q4_1",
         "Q3_K_M",
+        "Q4_0",
         "Q2_K",
     ]
     combo.setCurrentIndex(combo.findData(ftype))
@@ -331,6 +332,38 @@ def test_derive_a_draft_and_measure_it(
     assert not dialog.error_label.isVisible(), dialog.error_label.text()
     acceptance = _label(dialog, "acceptanceLabel")
     assert acceptance.isVisible() and "%" in acceptance.text()
+
+
+def test_derive_offers_only_cheaper_quantizations_and_says_why(
+    qtbot: QtBot, make_dialog: MakeDialog, smol_q4_1: Path, smol_q8_0: Path
+) -> None:
+    dialog = make_dialog()
+    _import(qtbot, dialog, smol_q4_1, smol_q8_0)
+    missing = _label(dialog, "deriveMissingLabel")
+    estimate = _label(dialog, "deriveEstimateLabel")
+
+    # A Q4_1 model: every other quantization reads about as many bytes per token.
+    _select(qtbot, dialog, smol_q4_1)
+    _click(qtbot, dialog, "deriveButton")
+    assert not dialog.derive_panel.isVisible() and not estimate.isVisible()
+    assert missing.isVisible()
+    text = missing.text()
+    assert text.startswith("No quantization is meaningfully cheaper than this model")
+    assert "Q4_0 (" in text and "% fewer)" in text and "25 % fewer bytes per token" in text
+    _click(qtbot, dialog, "deriveButton")  # closes it again
+    assert not missing.isVisible()
+
+    # A Q8_0 model: the cheaper ones, each with what it may gain before any work.
+    _select(qtbot, dialog, smol_q8_0)
+    _click(qtbot, dialog, "deriveButton")
+    combo = dialog.findChild(QComboBox, "deriveQuantCombo")
+    assert combo is not None and combo.isVisible() and combo.count() == 5
+    assert combo.itemText(0).startswith("Q4_K_M  ·  about ")
+    assert estimate.isVisible() and estimate.text().startswith("A Q4_K_M draft step should cost")
+    combo.setCurrentIndex(combo.findData("Q2_K"))
+    assert estimate.text().startswith("A Q2_K draft step should cost")
+    assert "Verification" in estimate.text()  # where the batch costs come from
+    assert missing.isVisible() and "Q8_0 (the target's own quantization)" in missing.text()
 
 
 def test_cancel_a_derivation(

@@ -272,6 +272,15 @@ class KernelProbe:
             self._memory[memo] = cached
             return cached
 
+    def cached(
+        self, model: Path, n_threads: int, n_gpu_layers: int = 0, k_max: int = 9
+    ) -> KernelVerdict | None:
+        """The verdict an earlier probe found for this model and machine, or None.
+        Never probes: for estimates that must not cost the user a wait."""
+        key = self._key(model, n_threads, n_gpu_layers, k_max)
+        with self._lock:
+            return self._memory.get(f"{key} {self.command}") or self._load(key)
+
     # ---------------------------------------------------------------- the cache
     @staticmethod
     def _key(model: Path, n_threads: int, n_gpu_layers: int, k_max: int) -> str:

@@ -13,10 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from gambit.engine.limits import positive_int_arg, threads_arg
-from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.runtime import RuntimeOptions, default_threads
 from gambit.models.catalog import download, find_pair, load_catalog
 from gambit.models.default_model import Progress, default_model_path
 from gambit.models.derive import FTYPES, DeriveCancelledError, derive_draft, measure_acceptance
+from gambit.models.derive_advice import (
+    ASSUMED_ACCEPTANCE,
+    MIN_SAVING,
+    CostCurve,
+    DeriveAdvice,
+    advise,
+    cached_curve,
+)
 from gambit.models.info import ModelInfo, inspect_model
 from gambit.models.layerskip import (
     DEFAULT_MAX_EVALUATIONS,
@@ -28,6 +36,7 @@ from gambit.models.library import LibraryEntry, ModelLibrary
 from gambit.models.memory import MIB, available_memory, check_fits, estimate_memory
 from gambit.models.pairing import pair_report
 from gambit.stop_signals import StopSignals
+from gambit.storage.paths import cache_dir
 
 
 def add_models_parser(sub: Any) -> None:
@@ -54,9 +63,20 @@ def add_models_parser(sub: Any) -> None:
     p.add_argument("draft", type=Path)
     p.add_argument("--ctx", type=int, default=4096, help="context for the memory check")
 
-    p = msub.add_parser("derive", help="re-quantize TARGET into a draft for it")
+    p = msub.add_parser(
+        "derive",
+        help="re-quantize TARGET into a draft for it (without --type: which types pay)",
+        description="Re-quantize TARGET into a draft for it. Without --type, list the "
+        "quantizations meaningfully cheaper than TARGET with their estimated gain, and why "
+        "the others are left out.",
+    )
     p.add_argument("target", type=Path)
-    p.add_argument("--type", dest="ftype", required=True, choices=list(FTYPES))
+    p.add_argument("--type", dest="ftype", default=None, choices=list(FTYPES))
+    p.add_argument(
+        "--anyway",
+        action="store_true",
+        help="derive --type even if it is not meaningfully cheaper than TARGET",
+    )
     p.add_argument("--out", type=Path, default=None, help="output file (default: models folder)")
     p.add_argument("--measure", action="store_true", help="measure the acceptance rate afterwards")
     p.add_argument(
@@ -294,6 +314,22 @@ def cmd_pair(args: argparse.Namespace) -> int:
 
 
 def cmd_derive(args: argparse.Namespace) -> int:
+    advice = advise(args.target, _cached_curve(args.target))
+    if args.ftype is None:
+        print(_advice_text(advice))
+        return 0
+    option = advice.option(args.ftype)
+    if option is not None and not option.offered and not args.anyway:
+        print(
+            f"gambit-cli: {args.ftype} is not worth deriving as a draft of "
+            f"{Path(args.target).name}: {option.why_not}. A draft must read at least "
+            f"{MIN_SAVING * 100:.0f} % fewer bytes per token than its target to pay. "
+            "See `gambit-cli models derive TARGET` for the types that do, or add --anyway.",
+            file=sys.stderr,
+        )
+        return 2
+    if option is not None and option.offered:
+        print(f"estimate: {option.estimate()} {advice.curve.source}")
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
     t0 = time.perf_counter()
@@ -322,6 +358,46 @@ def cmd_derive(args: argparse.Namespace) -> int:
         print(f"acceptance: {rate:.1%} (greedy, γ = 4, calibration prompts; "
               f"{time.perf_counter() - t1:.1f} s)")  # fmt: skip
     return 0
+
+
+def _cached_curve(target: Path) -> CostCurve | None:
+    """The target's verification cost if the engine measured it here (default settings)."""
+    try:
+        return cached_curve(Path(target).expanduser(), n_threads=default_threads(),
+                            cache_dir=cache_dir())  # fmt: skip
+    except OSError:
+        return None  # (advise says what is wrong with the file)
+
+
+def _advice_text(advice: DeriveAdvice) -> str:
+    read = _mib(advice.target_read_bytes)
+    lines = [f"{advice.target.name}: {advice.target_type}, {read} of weights read per token"]
+    rows = [
+        [o.ftype, f"about {_mib(o.file_bytes)}", f"{(1 - o.read_ratio) * 100:.0f} %",
+         f"{o.ceiling:.2f}x", f"{o.break_even:.0%}" if o.break_even is not None else "never",
+         f"{o.at_assumed:.2f}x"]
+        for o in advice.offered
+    ]  # fmt: skip
+    if rows:
+        headers = ["type", "file", "fewer bytes/token", "at most", "pays from"]
+        headers.append(f"at {ASSUMED_ACCEPTANCE:.0%} accepted")
+        lines += [
+            "Drafts worth deriving (estimates; measure after deriving):",
+            _table(headers, rows),
+            "at most: if every guess were accepted; pays from: the acceptance it needs to "
+            "beat plain decoding. A draft step is assumed to cost its share of the bytes "
+            "read per token.",
+            advice.curve.source,
+            f"Derive one with: gambit-cli models derive {advice.target} --type {rows[0][0]}",
+        ]
+    else:
+        lines.append(
+            "No quantization is meaningfully cheaper than this model, so none is offered as "
+            "a draft: import a smaller model of the same family, or use prompt lookup."
+        )
+    if advice.missing():
+        lines.append(advice.missing())
+    return "\n".join(lines)
 
 
 def _stage_progress() -> Progress:

@@ -118,22 +118,30 @@ def _tensor_bytes(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> int:
 def estimate_output_size(header: GGUFHeader, ftype: str) -> int:
     """About how many bytes ``requantize(header.path, ..., ftype)`` will write.
 
+    Like llama.cpp's quantizer (``estimate_tensor_bytes``). An estimate (for
+    progress and the disk-space check): exact for F16/Q8_0/Q4_0/Q4_1, within
+    ~5 % for the K-quant mixes (measured on SmolLM2 and Gemma-3).
+    """
+    return header.data_offset + sum(estimate_tensor_bytes(header, ftype).values())
+
+
+def estimate_tensor_bytes(header: GGUFHeader, ftype: str) -> dict[str, int]:
+    """Tensor name -> about how many bytes it takes once re-quantized to ``ftype``.
+
     Like llama.cpp's quantizer: tensors of one dimension stay as they are, the
     output matrix (or the token embeddings standing in for it) gets at least
     Q6_K, and a matrix whose rows do not split into whole blocks gets
-    llama.cpp's fallback type (Q4_K -> Q5_0, Q6_K -> Q8_0, ...). An estimate
-    (for progress and the disk-space check): exact for F16/Q8_0/Q4_0/Q4_1,
-    within ~5 % for the K-quant mixes (measured on SmolLM2 and Gemma-3).
+    llama.cpp's fallback type (Q4_K -> Q5_0, Q6_K -> Q8_0, ...).
     """
     if ftype not in _BASE_TYPES:
         raise GambitError(f"unknown quantization {ftype!r}; choose one of {', '.join(FTYPES)}")
     base = _BASE_TYPES[ftype]
     names = {t.name for t in header.tensors}
     output = "output.weight" if "output.weight" in names else "token_embd.weight"
-    total = header.data_offset
+    sizes: dict[str, int] = {}
     for t in header.tensors:
         if len(t.shape) < 2 or not t.name.endswith(".weight"):
-            total += t.n_bytes
+            sizes[t.name] = t.n_bytes
             continue
         qtype = base
         if t.name == output and ftype not in ("F16", "Q8_0"):
@@ -143,8 +151,8 @@ def estimate_output_size(header: GGUFHeader, ftype: str) -> int:
         n = _tensor_bytes(t.shape, qtype)
         if t.name != output:
             n = int(n * _MIX_FACTOR.get(ftype, 1.0))
-        total += n
-    return total
+        sizes[t.name] = n
+    return sizes
 
 
 def check_disk_space(folder: Path, needed: int, what: str = "the new model") -> None:

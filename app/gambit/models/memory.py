@@ -37,6 +37,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -111,6 +112,24 @@ def estimate_memory(
         n_ctx=n_ctx,
         kv_type=kv_type,
     )
+
+
+# A draft must read at least this share fewer bytes per token than its target
+# to pay for its rejected guesses (gambit.models.derive_advice).
+MIN_DRAFT_SAVING = 0.25
+
+
+def bytes_read_per_token(tensor_bytes: Mapping[str, int]) -> int:
+    """Bytes of weights one decoding step streams, from each tensor's size.
+
+    A step multiplies by every weight matrix once, except the token
+    embeddings, of which it reads one row, unless the model has no separate
+    output matrix and multiplies by the embeddings instead (tied embeddings,
+    as SmolLM2 and Gemma have). On the memory-bound hardware drafts are for,
+    a step's time follows this figure.
+    """
+    tied = "output.weight" not in tensor_bytes
+    return sum(n for name, n in tensor_bytes.items() if tied or name != "token_embd.weight")
 
 
 def available_memory() -> int:

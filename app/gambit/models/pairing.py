@@ -25,6 +25,7 @@ from gambit.engine.drafters.draft_model import (
 )
 from gambit.models.gguf_file import read_header
 from gambit.models.info import ModelInfo
+from gambit.models.memory import MIB, MIN_DRAFT_SAVING, bytes_read_per_token
 
 TOKENS_KEY = "tokenizer.ggml.tokens"
 
@@ -83,9 +84,31 @@ def pair_report(target: ModelInfo, draft: ModelInfo) -> PairReport:
                 f"different pre-tokenizers ('{draft.tokenizer_pre}' vs "
                 f"'{target.tokenizer_pre}'): allowed, but text may split differently"
             )
-    if not reasons and draft.file_size >= target.file_size:
-        notes.append("the draft is not smaller than the target, so drafting cannot pay off")
+    if not reasons:
+        notes += _cost_notes(target, draft)
     return PairReport(compatible=not reasons, reasons=reasons, notes=notes)
+
+
+def _cost_notes(target: ModelInfo, draft: ModelInfo) -> list[str]:
+    """Whether the draft is cheap enough to pay: a step costs about the bytes of
+    weights it reads (``memory.bytes_read_per_token``)."""
+    t_read, d_read = _read_per_token(target), _read_per_token(draft)
+    sizes = f"{d_read / MIB:.0f} vs {t_read / MIB:.0f} MiB of weights read per token"
+    if draft.file_size >= target.file_size or d_read >= t_read:
+        return [f"the draft is not smaller than the target ({sizes}), so drafting cannot pay off"]
+    saving = 1 - d_read / t_read
+    if saving < MIN_DRAFT_SAVING:
+        return [
+            f"the draft reads only {saving * 100:.0f} % fewer bytes per token than the target "
+            f"({sizes}): too close in cost to pay for the guesses it gets wrong (a draft "
+            f"needs about {MIN_DRAFT_SAVING * 100:.0f} % fewer)"
+        ]
+    return []
+
+
+def _read_per_token(info: ModelInfo) -> int:
+    header = read_header(info.path)
+    return bytes_read_per_token({t.name: t.n_bytes for t in header.tensors})
 
 
 def first_different_token(target: ModelInfo, draft: ModelInfo) -> tuple[int, str, str] | None:

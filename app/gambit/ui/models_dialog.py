@@ -61,7 +61,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.runtime import RuntimeOptions, default_threads
 from gambit.engine.session import DrafterKind
 from gambit.errors import GambitError
 from gambit.models.catalog import CatalogPair, Which, load_catalog
@@ -72,14 +72,9 @@ from gambit.models.default_model import (
     Progress,
     bundled_model_path,
 )
-from gambit.models.derive import (
-    DeriveCancelledError,
-    derive_draft,
-    derived_name,
-    estimate_output_size,
-)
+from gambit.models.derive import DeriveCancelledError, derive_draft, derived_name
 from gambit.models.derive import measure_acceptance as measure_draft
-from gambit.models.gguf_file import check_model_file
+from gambit.models.derive_advice import CostCurve, DeriveAdvice, advise, cached_curve
 from gambit.models.info import ModelInfo, inspect_model
 from gambit.models.library import LibraryEntry, ModelLibrary
 from gambit.models.memory import (
@@ -104,8 +99,6 @@ EMPTY_TEXT = (
 )
 LOOKING_TEXT = "Looking for models in the models folder…"
 
-# Quantizations offered for a derived draft, most faithful first.
-DERIVE_TYPES: Final = ("Q4_0", "Q4_1", "Q4_K_M", "Q3_K_M", "Q2_K")
 COLUMNS: Final = (
     "Name",
     "Arch",
@@ -611,7 +604,7 @@ class ModelsDialog(QDialog):
             self.acceptance_label.clear()
             self.acceptance_label.hide()
 
-        self.derive_panel.hide()
+        self._hide_derive_panel()
         self._start("derive", f"Deriving {dest_name} ({ftype})", job, done)
 
     def measure_acceptance(self) -> None:
@@ -964,6 +957,13 @@ class ModelsDialog(QDialog):
         panel_row.addWidget(self.derive_combo)
         panel_row.addWidget(self.derive_start_button)
         panel_row.addStretch(1)
+        self.derive_combo.currentIndexChanged.connect(self._show_derive_estimate)
+        # What the chosen quantization may gain, and why others are not offered.
+        self.derive_estimate_label = theme.muted_label()
+        self.derive_estimate_label.setObjectName("deriveEstimateLabel")
+        self.derive_missing_label = theme.muted_label()
+        self.derive_missing_label.setObjectName("deriveMissingLabel")
+        self._derive_advice: DeriveAdvice | None = None
         self.derive_panel.hide()
         derive_row = QHBoxLayout()
         derive_row.addWidget(self.derive_button)
@@ -973,12 +973,15 @@ class ModelsDialog(QDialog):
         derive.addWidget(
             theme.muted_label(
                 "A copy of this model with fewer bits per weight: the very same tokenizer, "
-                "so it always pairs. Fewer bits draft faster but are accepted less often. "
-                "Written to Gambit's models folder and registered as this model's draft."
+                "so it always pairs. Only quantizations that read clearly fewer bytes per "
+                "token than this model are offered, with what they may gain. Written to "
+                "Gambit's models folder and registered as this model's draft."
             )
         )
         derive.addLayout(derive_row)
         derive.addWidget(self.derive_panel)
+        derive.addWidget(self.derive_estimate_label)
+        derive.addWidget(self.derive_missing_label)
         self.derive_group = QGroupBox("Derive a draft")
         self.derive_group.setLayout(derive)
         column.addWidget(self.derive_group)
@@ -1112,7 +1115,7 @@ class ModelsDialog(QDialog):
     def _on_current_changed(self, row: int, _col: int, prev_row: int, _prev_col: int) -> None:
         if row != prev_row:
             _show_message(self.pair_label, "")
-            self.derive_panel.hide()
+            self._hide_derive_panel()
             self._show_details()
 
     def _show_details(self) -> None:
@@ -1558,30 +1561,58 @@ class ModelsDialog(QDialog):
             self.select_model(value)
 
     def _toggle_derive_panel(self) -> None:
-        if self.derive_panel.isVisible():
-            self.derive_panel.hide()
+        if self.derive_panel.isVisible() or self.derive_missing_label.isVisible():
+            self._hide_derive_panel()
             return
         entry = self.selected_entry()
         if entry is None:
             return
-        self.derive_combo.clear()
         try:
-            header = check_model_file(entry.path)
-            sizes = [estimate_output_size(header, ftype) for ftype in DERIVE_TYPES]
+            advice = advise(entry.path, self._cost_curve(entry.path), self._settings.gamma_max)
         except (GambitError, OSError) as exc:
             self._show_error(str(exc))
             return
-        first_smaller = -1
-        for i, (ftype, size) in enumerate(zip(DERIVE_TYPES, sizes, strict=True)):
-            smaller = size < entry.info.file_size
-            text = f"{ftype}  ·  about {format_bytes(size)}"
-            if not smaller:
-                text += "  ·  not smaller"
-            elif first_smaller < 0:
-                first_smaller = i
-            self.derive_combo.addItem(text, ftype)
-        self.derive_combo.setCurrentIndex(max(first_smaller, 0))
-        self.derive_panel.show()
+        self._derive_advice = advice
+        self.derive_combo.blockSignals(True)
+        self.derive_combo.clear()
+        for option in advice.offered:
+            self.derive_combo.addItem(option.label(), option.ftype)
+        self.derive_combo.blockSignals(False)
+        missing = advice.missing()
+        if not advice.offered:
+            missing = (
+                "No quantization is meaningfully cheaper than this model, so none is offered: "
+                "import a smaller model of the same family, or use prompt lookup. " + missing
+            )
+        self.derive_missing_label.setText(missing)
+        self.derive_missing_label.setVisible(bool(missing))
+        self.derive_panel.setVisible(bool(advice.offered))
+        self._show_derive_estimate()
+
+    def _hide_derive_panel(self) -> None:
+        for widget in (self.derive_panel, self.derive_estimate_label, self.derive_missing_label):
+            widget.hide()
+
+    def _cost_curve(self, target: Path) -> CostCurve | None:
+        """The target's verification cost if a kernel probe measured it here, with
+        the threads, GPU layers, batch sizes and kernels these settings load it with."""
+        s = self._settings
+        nodes = s.tree_nodes if s.tree_drafts else s.gamma_max
+        return cached_curve(
+            target,
+            n_threads=s.threads or default_threads(),
+            n_gpu_layers=s.gpu_layers_target,
+            k_max=nodes + 1,
+            exact=s.exact_kernels,
+            cache_dir=paths.cache_dir(),
+        )
+
+    def _show_derive_estimate(self) -> None:
+        advice = self._derive_advice
+        option = advice.option(self.derive_combo.currentData()) if advice else None
+        text = f"{option.estimate()} {advice.curve.source}" if option and advice else ""
+        self.derive_estimate_label.setText(text)
+        self.derive_estimate_label.setVisible(bool(text))
 
     def _on_derive_start(self) -> None:
         ftype = self.derive_combo.currentData()
