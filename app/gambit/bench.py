@@ -265,8 +265,9 @@ def _print_table(report: dict[str, Any], modes: list[str]) -> None:
         + (f" ({report['draft']})" if report["draft"] else "")
         + f"  gamma {report['gamma']}  temp {report['temperature']}  seed {report['seed']}"
     )
+    w = max(14, *(len(m) for m in modes))  # history modes: "tree lookup adaptive"
     header = (
-        f"{'suite':<10} {'mode':<14} {'tok/s':>7} {'speedup':>7} {'accept':>7} "
+        f"{'suite':<10} {'mode':<{w}} {'tok/s':>7} {'speedup':>7} {'accept':>7} "
         f"{'acc/rnd':>7} {'tok/rnd':>7} {'p50 ms':>7} {'p99 ms':>7} {'ttft ms':>7} "
         f"{'py ovh':>6} {'side+':>6}"
     )
@@ -278,7 +279,7 @@ def _print_table(report: dict[str, Any], modes: list[str]) -> None:
         for mode in modes:
             f = report["suites"][suite][mode]
             print(
-                f"{suite:<10} {mode:<14} {f['tokens_per_s']:7.1f} {f['speedup']:6.2f}x "
+                f"{suite:<10} {mode:<{w}} {f['tokens_per_s']:7.1f} {f['speedup']:6.2f}x "
                 f"{f['acceptance_rate']:7.1%} {f['mean_accepted']:7.2f} "
                 f"{f['tokens_per_round']:7.2f} {f['p50_ms']:7.1f} {f['p99_ms']:7.1f} "
                 f"{f['ttft_ms']:7.0f} {f['overhead_share']:6.1%} "

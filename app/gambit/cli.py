@@ -171,6 +171,20 @@ def build_parser() -> argparse.ArgumentParser:
     regimes.add_argument(
         "--out", type=Path, help="also write regimes.json, regimes.md and regimes.png here"
     )
+    history = bench.add_argument_group(
+        "history",
+        "--from-history replays your stored conversations instead of a prompts file: each "
+        "user turn, with the conversation before it, target-only and with each drafter the "
+        "models allow (prompt lookup, and --draft or --layer-skip; trees with --tree) under "
+        "each --policy, greedily; saved under the data folder (docs/measure.md)",
+    )
+    history.add_argument("--from-history", action="store_true", help="measure on your own chats")
+    history.add_argument(
+        "--last",
+        type=positive_int_arg,
+        default=20,
+        help="with --from-history, the latest N user turns (default 20)",
+    )
     bench.add_argument("--limit", type=int, default=0, help="use the first N prompts only")
     bench.add_argument("--repeat", type=int, default=1, help="run each prompt N times")
     bench.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -351,10 +365,14 @@ def _run_bench(args: argparse.Namespace) -> int:
             n_ctx=args.ctx, n_threads=args.threads, n_gpu_layers=args.gpu_layers
         )
         return run_regimes_cli(args, source, options, _sampling(args))
+    if args.from_history:
+        from gambit.measure_history import run_history_cli
+
+        return run_history_cli(args, lambda: _engine_config(args))
     from gambit.bench import run_bench
 
     if args.prompts is None:
-        raise GambitError("bench needs --prompts FILE (or --regimes)")
+        raise GambitError("bench needs --prompts FILE (or --regimes, or --from-history)")
     return run_bench(args, _engine_config(args), _sampling(args))
 
 

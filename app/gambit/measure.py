@@ -1,0 +1,485 @@
+"""Measure on my chats: does speculation pay on the user's own conversations?
+
+The design note's first rule is to measure acceptance on your own data before
+trusting a speedup. This replays the user's turns (each with the conversation
+before it) on the models the app has loaded: target-only and under each
+configuration (a drafter and a policy), the same seed and a cold cache for
+every replay, and the order of the configurations rotated from turn to turn,
+so that a slow spell of the machine hits all of them alike. Speedups are
+ratios within the one run, as ``gambit-cli bench`` measures them, and the
+report uses bench's JSON schema (extended, see docs/measure.md).
+
+Replies are greedy (temperature 0), so that each speculative reply can be
+compared token for token with the target's own: the greedy divergence rate.
+Cancel stops at the next round (and a long prompt midway, through llama.cpp's
+abort callback); nothing here writes anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gambit.bench import TARGET_ONLY, ModeTotals
+from gambit.bench_regimes import CALIBRATION_CONTEXT, cost_summary
+from gambit.engine.chat import Message
+from gambit.engine.controller import CostModel, GammaController, calibrate
+from gambit.engine.decoder import (
+    FixedGamma,
+    GammaPolicy,
+    GenerationConfig,
+    SpeculativeDecoder,
+    StopReason,
+)
+from gambit.engine.drafters.base import Drafter
+from gambit.engine.drafters.lookup import PromptLookupDrafter
+from gambit.engine.metrics import GenerationStats, speedup
+from gambit.engine.runtime import default_threads
+from gambit.engine.sampling import SamplingParams
+from gambit.engine.session import DrafterKind, Engine
+from gambit.engine.template_sandbox import RenderCancelledError
+from gambit.errors import ContextOverflowError, GambitError
+from gambit.measure_report import recommend, regime_sentence, turn_kind
+from gambit.storage.history_turns import HistoryTurn
+
+SCHEMA = "gambit-bench/2"  # bench's report, extended (docs/measure.md)
+DEFAULT_MAX_TOKENS = 96
+DEFAULT_SEED = 1234
+DEFAULT_POLICIES = ("adaptive", "fixed=4")
+POLICY_CHOICES = ("adaptive", "fixed=2", "fixed=4", "fixed=8")
+DRAFTER_LABELS: dict[str, str] = {
+    "lookup": "prompt lookup",
+    "draft": "draft model",
+    "layerskip": "layer skip",
+}
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """One configuration to compare with target-only: a drafter, a policy
+    ("adaptive" or "fixed=N") and whether it drafts token trees."""
+
+    drafter: DrafterKind
+    policy: str = "adaptive"
+    tree: bool = False
+
+    @property
+    def gamma(self) -> int | None:
+        return int(self.policy.removeprefix("fixed=")) if self.policy != "adaptive" else None
+
+    @property
+    def name(self) -> str:
+        """The mode's key in the report: "lookup adaptive", "tree draft fixed=4"."""
+        return f"{'tree ' if self.tree else ''}{self.drafter} {self.policy}"
+
+    @property
+    def label(self) -> str:
+        """In words: "prompt lookup, adaptive", "draft model tree, γ=4"."""
+        drafter = DRAFTER_LABELS.get(self.drafter, self.drafter) + (" tree" if self.tree else "")
+        return f"{drafter}, {'adaptive' if self.gamma is None else f'γ={self.gamma}'}"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "label": self.label,
+            "drafter": self.drafter,
+            "policy": self.policy,
+            "gamma": self.gamma,
+            "tree": self.tree,
+        }
+
+
+# What target-only is, in the report's list of modes (the baseline: never drafts).
+TARGET_ONLY_MODE: dict[str, Any] = {
+    "name": TARGET_ONLY, "label": "target only", "drafter": None,
+    "policy": "off", "gamma": None, "tree": False,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MeasureProgress:
+    done: int  # replays finished
+    total: int
+    elapsed_s: float
+    eta_s: float | None  # None until a replay has been timed
+    line: str
+
+
+Progress = Callable[[MeasureProgress], None]
+
+
+class MeasurementCancelledError(GambitError):
+    def __init__(self, done: int, total: int) -> None:
+        super().__init__(
+            f"Measurement cancelled after {done} of {total} replays; nothing was saved."
+        )
+        self.done = done
+        self.total = total
+
+
+def available_drafters(engine: Engine) -> tuple[DrafterKind, ...]:
+    """The drafters the loaded models allow: prompt lookup always (it needs no
+    model), and the draft model or layer-skip draft when one is loaded."""
+    kinds: list[DrafterKind] = ["lookup"]
+    if engine.config.drafter in ("draft", "layerskip") and engine.draft_runtime is not None:
+        kinds.append(engine.config.drafter)
+    return tuple(kinds)
+
+
+def trees_available(engine: Engine) -> bool:
+    """Trees need a target loaded with one KV sequence per leaf (Tree drafts on)."""
+    return engine.target.n_seq_max > 1
+
+
+def plan(
+    engine: Engine, drafters: Sequence[str], policies: Sequence[str], trees: bool
+) -> tuple[list[MeasureConfig], list[str]]:
+    """The configurations to run for the chosen drafters and policies, and a
+    note for each choice the loaded models cannot serve. Trees run under the
+    adaptive policy, which chooses their side nodes."""
+    notes: list[str] = []
+    usable = available_drafters(engine)
+    gamma_max = engine.config.gamma_max
+    kept_policies = []
+    for p in dict.fromkeys(policies):
+        gamma = p.removeprefix("fixed=")
+        if p == "adaptive" or (gamma.isdigit() and 1 <= int(gamma) <= gamma_max):
+            kept_policies.append(p)
+        else:
+            notes.append(f"policy {p} left out: fixed γ must be 1 to max γ ({gamma_max})")
+    if trees and not trees_available(engine):
+        notes.append("trees left out: switch Tree drafts on in Settings to compare them")
+        trees = False
+    configs: list[MeasureConfig] = []
+    for d in dict.fromkeys(drafters):
+        if d not in usable:
+            label = DRAFTER_LABELS.get(d, d)
+            notes.append(f"{label} left out: it is not loaded (choose it in Settings first)")
+            continue
+        kind: DrafterKind = d
+        configs += [MeasureConfig(kind, p) for p in kept_policies]
+        if trees:
+            configs.append(MeasureConfig(kind, "adaptive", tree=True))
+    return configs, notes
+
+
+class _CancelledError(Exception):
+    pass
+
+
+class _Replayer:
+    """Runs replays on the engine's loaded models, each with its own decoder."""
+
+    def __init__(self, engine: Engine, cancel: threading.Event | None) -> None:
+        self.engine = engine
+        self.cancel = cancel
+        cfg = engine.config
+        # Enough batch sizes for every chain and tree, and for t(5)/t(9).
+        self.k_max = max(cfg.gamma_max, engine.node_max, 8) + 1
+
+    def calibrate(self) -> CostModel:
+        target = self.engine.target
+        context = min(CALIBRATION_CONTEXT, target.n_ctx // 2 - self.k_max)
+        return calibrate(target, self.engine.draft_runtime, self.k_max, context=max(context, 16))
+
+    def decoder(self, config: MeasureConfig | None, costs: CostModel) -> SpeculativeDecoder:
+        engine = self.engine
+        if config is None:
+            return SpeculativeDecoder(engine.target, None, FixedGamma(0))
+        drafter: Drafter | None
+        own = costs.copy()
+        if config.drafter == "lookup":
+            drafter = PromptLookupDrafter(ngram_max=engine.config.lookup_ngram_max)
+            own.t_draft = 0.0  # a dictionary look-up: free next to a decode
+        else:
+            drafter = engine.drafter
+        side_max = engine.config.tree_nodes - 1 if config.tree else 0
+        policy: GammaPolicy = GammaController(
+            own,
+            mode="adaptive" if config.gamma is None else "fixed",
+            gamma_max=engine.config.gamma_max,
+            fixed_gamma=config.gamma or engine.config.gamma,
+            side_max=side_max,
+            node_max=engine.config.tree_nodes if config.tree else engine.config.gamma_max,
+        )
+        return SpeculativeDecoder(engine.target, drafter, policy)
+
+    def prompt(self, messages: Sequence[Message], reserve: int) -> list[int]:
+        builder = self.engine.chat_builder
+        builder.forget()  # a cold prompt for every turn: no reuse from another turn
+        try:
+            return builder.build(messages, reserve=reserve, cancel=self.cancel).tokens
+        except RenderCancelledError:
+            raise _CancelledError from None
+
+    def run(
+        self, decoder: SpeculativeDecoder, prompt: list[int], config: GenerationConfig
+    ) -> tuple[GenerationStats, list[int]]:
+        """One replay from a cold cache; its stats and reply tokens."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise _CancelledError
+        engine = self.engine
+        engine.target.clear()
+        if engine.draft_runtime is not None:
+            engine.draft_runtime.clear()
+        d0 = engine.decode_seconds
+        stats = GenerationStats()
+        tokens: list[int] = []
+        for rnd in decoder.generate(prompt, config, self.cancel):
+            if rnd.stop is StopReason.CANCELLED:
+                raise _CancelledError
+            stats.add(rnd)
+            tokens.extend(rnd.tokens)
+        stats.prefill_s = decoder.last_prefill_s
+        stats.decode_s = engine.decode_seconds - d0
+        return stats, tokens
+
+    def reset(self) -> None:
+        """Leave the engine as a fresh load would: empty caches, no remembered chat."""
+        engine = self.engine
+        engine.target.clear()
+        if engine.draft_runtime is not None:
+            engine.draft_runtime.clear()
+        engine.chat_builder.forget()
+
+
+@dataclass
+class _Tally:
+    """Totals of one run, per suite (turn kind and ALL) and per conversation."""
+
+    suites: dict[str, dict[str, ModeTotals]] = dataclasses.field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(ModeTotals))
+    )
+    conversations: dict[int, dict[str, ModeTotals]] = dataclasses.field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(ModeTotals))
+    )
+    kinds: dict[int, Counter[str]] = dataclasses.field(default_factory=lambda: defaultdict(Counter))
+    compared: Counter[str] = dataclasses.field(default_factory=Counter)
+    diverged: Counter[str] = dataclasses.field(default_factory=Counter)
+    turns: int = 0
+    skipped: int = 0
+
+
+def run_measurement(
+    engine: Engine,
+    turns: Sequence[HistoryTurn],
+    configs: Sequence[MeasureConfig],
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    seed: int = DEFAULT_SEED,
+    cancel: threading.Event | None = None,
+    progress: Progress | None = None,
+    notes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Replay ``turns`` target-only and under each of ``configs``; the report.
+
+    Raises ``MeasurementCancelledError`` when ``cancel`` is set (within a
+    round), ``GambitError`` when there is nothing to replay.
+    """
+    if not turns:
+        raise GambitError("There are no user turns to replay in the chosen conversations.")
+    sampling = SamplingParams(temperature=0.0, seed=seed)
+    config = GenerationConfig(max_tokens=max_tokens, sampling=sampling)
+    replayer = _Replayer(engine, cancel)
+    modes = [TARGET_ONLY, *(c.name for c in configs)]
+    total = len(turns) * len(modes)
+    report_progress = progress or (lambda p: None)
+    started = time.time()
+    tally = _Tally()
+    done = 0
+    try:
+        report_progress(MeasureProgress(0, total, 0.0, None, "Timing this machine…"))
+        costs = replayer.calibrate()
+        decoders = {TARGET_ONLY: replayer.decoder(None, costs)}
+        decoders |= {c.name: replayer.decoder(c, costs) for c in configs}
+        _warm_up(replayer, costs, configs, sampling)
+        t0 = time.perf_counter()
+        for i, turn in enumerate(turns):
+            try:
+                prompt = replayer.prompt(turn.messages, max_tokens)
+            except ContextOverflowError:
+                tally.skipped += 1  # a message longer than the context: never replied to
+                done += len(modes)
+                continue
+            kind = turn_kind(turn.text)
+            tally.turns += 1
+            tally.kinds[turn.conversation_id][kind] += 1
+            outputs: dict[str, list[int]] = {}
+            for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
+                stats, outputs[mode] = replayer.run(decoders[mode], prompt, config)
+                for by_mode in (tally.suites[kind], tally.suites["ALL"]):
+                    by_mode[mode].add(stats)
+                tally.conversations[turn.conversation_id][mode].add(stats)
+                done += 1
+                elapsed = time.perf_counter() - t0
+                report_progress(
+                    MeasureProgress(
+                        done, total, elapsed, elapsed / done * (total - done),
+                        f"Turn {i + 1} of {len(turns)} ({kind}): {_mode_label(mode, configs)}",
+                    )
+                )  # fmt: skip
+            for mode in modes[1:]:
+                tally.compared[mode] += 1
+                tally.diverged[mode] += outputs[mode] != outputs[TARGET_ONLY]
+    except _CancelledError:
+        raise MeasurementCancelledError(done, total) from None
+    finally:
+        replayer.reset()
+    if not tally.turns:
+        raise GambitError(
+            "None of the chosen turns fits in the context window: raise the context size."
+        )
+    return _report(engine, turns, configs, tally, costs, config, started, notes)
+
+
+def _mode_label(mode: str, configs: Sequence[MeasureConfig]) -> str:
+    return next((c.label for c in configs if c.name == mode), "target only")
+
+
+def _warm_up(
+    replayer: _Replayer,
+    costs: CostModel,
+    configs: Sequence[MeasureConfig],
+    sampling: SamplingParams,
+) -> None:
+    """First decodes pay for graph set-up and page faults: not a turn's cost.
+    Warmed on decoders of their own, so no controller learns from it."""
+    prompt = replayer.prompt([Message("user", "Hello")], 4)
+    warm = GenerationConfig(max_tokens=4, sampling=sampling)
+    replayer.run(replayer.decoder(None, costs), prompt, warm)
+    model = next((c for c in configs if c.drafter != "lookup"), None)
+    if model is not None:  # the draft model's first decodes too
+        drafting = dataclasses.replace(model, policy="fixed=1", tree=False)
+        replayer.run(replayer.decoder(drafting, costs), prompt, warm)
+
+
+def _figures(totals: dict[str, ModeTotals], tally: _Tally | None = None) -> dict[str, Any]:
+    """Every mode's figures, speedups against target-only within the same turns."""
+    base = totals[TARGET_ONLY].figures() if TARGET_ONLY in totals else {}
+    out: dict[str, Any] = {}
+    for mode, t in totals.items():
+        f: dict[str, Any] = t.figures()
+        f["speedup"] = _ratio(f["tokens_per_s"], base.get("tokens_per_s"), mode, t)
+        f["end_to_end_speedup"] = _ratio(
+            f["end_to_end_tokens_per_s"], base.get("end_to_end_tokens_per_s"), mode, t
+        )
+        if tally is not None and mode != TARGET_ONLY:
+            n = tally.compared[mode]
+            f["divergence_rate"] = tally.diverged[mode] / n if n else None
+        out[mode] = f
+    return out
+
+
+def _ratio(rate: float, base: float | None, mode: str, totals: ModeTotals) -> float:
+    """A mode's speedup against the target-only replays of the same turns, as
+    ``gambit.engine.metrics`` and bench define it: 1.0 for target-only, and for
+    a mode that drafted nothing (it did the target-only work: a ratio of two
+    plain rates would only measure noise)."""
+    if mode == TARGET_ONLY or not totals.stats.n_drafted:
+        return 1.0
+    return speedup(rate, base or 0.0, totals.stats.n_drafted) or 0.0
+
+
+def _report(
+    engine: Engine,
+    turns: Sequence[HistoryTurn],
+    configs: Sequence[MeasureConfig],
+    tally: _Tally,
+    costs: CostModel,
+    config: GenerationConfig,
+    started: float,
+    notes: Sequence[str],
+) -> dict[str, Any]:
+    cfg = engine.config
+    modes = [TARGET_ONLY, *(c.name for c in configs)]
+    suites = {
+        s: _figures({m: by[m] for m in modes if m in by}, tally if s == "ALL" else None)
+        for s, by in sorted(tally.suites.items(), key=lambda kv: (kv[0] == "ALL", kv[0]))
+    }
+    titles = {t.conversation_id: t.title for t in turns}
+    conversations = []
+    for cid, by in tally.conversations.items():
+        figures = _figures({m: by[m] for m in modes if m in by})
+        conversations.append({
+            "id": cid,
+            "title": titles.get(cid, ""),
+            "turns": sum(tally.kinds[cid].values()),
+            "kind": tally.kinds[cid].most_common(1)[0][0],
+            "modes": {
+                m: {k: f[k] for k in ("speedup", "acceptance_rate", "tokens_per_s", "tokens")}
+                for m, f in figures.items()
+            },
+        })  # fmt: skip
+    compared = sum(tally.compared.values())
+    summary = cost_summary(costs)
+    regime, sentence = regime_sentence(summary["t_ratio"]["5"], cfg.target.name)
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "source": "history",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "duration_s": round(time.time() - started, 2),
+        # bench's fields, with the same meaning
+        "target": str(cfg.target),
+        "draft": str(cfg.draft) if cfg.draft else None,
+        "drafter": cfg.drafter,
+        "drafter_name": engine.drafter.name if engine.drafter else None,
+        "gamma": cfg.gamma,
+        "tree_nodes": cfg.tree_nodes if trees_available(engine) else None,
+        "temperature": config.sampling.temperature,
+        "seed": config.sampling.seed,
+        "max_tokens": config.max_tokens,
+        "threads": engine.target.n_threads,
+        "suites": suites,
+        "identical_outputs": f"{compared - sum(tally.diverged.values())}/{compared}",
+        # what a measurement on the user's chats adds
+        "turns": tally.turns,
+        "skipped_turns": tally.skipped,
+        "modes": [TARGET_ONLY_MODE, *(c.describe() for c in configs)],
+        "conversations": conversations,
+        "regime": {"name": regime, "sentence": sentence, **summary},
+        "machine": machine_info(engine),
+        "models": models_info(engine),
+        "settings": {
+            "n_ctx": engine.target.n_ctx,
+            "gamma_max": cfg.gamma_max,
+            "tree_nodes": cfg.tree_nodes,
+            "lookup_ngram_max": cfg.lookup_ngram_max,
+            "kernels": engine.target_kernels.describe(),
+        },
+        "notes": list(notes),
+    }
+    report["recommendation"] = recommend(report)
+    return report
+
+
+def machine_info(engine: Engine) -> dict[str, Any]:
+    from gambit.engine.backend import detect_backend
+    from gambit.engine.kernels import cpu_id
+
+    backend = detect_backend()
+    cpu = cpu_id()
+    return {
+        "cpu": cpu,
+        "cpu_model": cpu.rsplit(" ", 1)[0],  # without the flags digest
+        "cpu_features": list(backend.cpu_features),
+        "gpu_offload": backend.gpu_offload,
+        "threads": engine.target.n_threads or default_threads(),
+    }
+
+
+def models_info(engine: Engine) -> dict[str, Any]:
+    def one(path: Any) -> dict[str, Any] | None:
+        if path is None:
+            return None
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = None
+        return {"file": path.name, "path": str(path), "size": size}
+
+    return {"target": one(engine.config.target), "draft": one(engine.config.draft)}

@@ -1,0 +1,186 @@
+"""Measuring on stored chats with the real engine: SmolLM2 Q8_0 target and the
+Q4_1 file as its draft, a real conversation database under tmp_path; and
+``gambit-cli bench --from-history`` as a user runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gambit.engine.chat import Message
+from gambit.engine.decoder import GenerationConfig
+from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.sampling import SamplingParams
+from gambit.engine.session import Engine, EngineConfig
+from gambit.measure import (
+    MeasureConfig,
+    MeasurementCancelledError,
+    MeasureProgress,
+    plan,
+    run_measurement,
+)
+from gambit.storage.conversations import ConversationStore
+from gambit.storage.history_turns import read_turns
+from gambit.storage.paths import cache_dir
+
+# One thread: two cores shared with other jobs (see test_cli.py).
+OPTIONS = RuntimeOptions(n_ctx=1024, n_threads=1)
+
+
+def make_history(path: Path) -> Path:
+    with ConversationStore(path) as store:
+        code = store.create("Parser")
+        store.add_message(code, "user", "Write a Python function that adds two numbers.")
+        store.add_message(code, "assistant", "def add(a, b):\n    return a + b")
+        store.add_message(code, "user", "Rename add to plus and show the whole function again.")
+        chat = store.create("Weekend")
+        store.add_message(chat, "user", "Name three things to do on a rainy Sunday.")
+    return path
+
+
+@pytest.fixture(scope="module")
+def engine(smol_q8_0: Path, smol_q4_1: Path) -> Iterator[Engine]:
+    e = Engine(
+        EngineConfig(
+            target=smol_q8_0,
+            drafter="draft",
+            draft=smol_q4_1,
+            target_options=OPTIONS,
+            kernel_cache=cache_dir(),  # the tests' shared probe verdicts (GAMBIT_CACHE)
+        )
+    )
+    yield e
+    e.close()
+
+
+def _reply(engine: Engine) -> str:
+    config = GenerationConfig(max_tokens=12, sampling=SamplingParams(temperature=0.0))
+    return "".join(r.text for r in engine.chat([Message("user", "Say hello")], config))
+
+
+def test_measurement_on_stored_turns(engine: Engine, tmp_path: Path) -> None:
+    db = make_history(tmp_path / "conversations.sqlite3")
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    turns = read_turns(db, last=20)
+    configs, notes = plan(engine, ["lookup", "draft", "layerskip"], ["adaptive", "fixed=9"], True)
+    assert configs == [MeasureConfig("lookup"), MeasureConfig("draft")]
+    assert any("layer skip left out" in n for n in notes)
+    assert any("fixed=9 left out" in n for n in notes)
+    assert any("trees left out" in n for n in notes)
+
+    before = _reply(engine)
+    seen: list[MeasureProgress] = []
+    report = run_measurement(engine, turns, configs, max_tokens=8, progress=seen.append)
+    assert [p.done for p in seen] == list(range(10))  # 3 turns x 3 modes, after timing
+    assert seen[-1].total == 9 and seen[-1].eta_s == 0.0
+    assert report["turns"] == 3 and report["skipped_turns"] == 0
+    assert report["identical_outputs"] == "6/6"  # Q8_0: speculation changes no token
+    all_modes = report["suites"]["ALL"]
+    assert list(all_modes) == ["target-only", "lookup adaptive", "draft adaptive"]
+    assert all_modes["target-only"]["speedup"] == 1.0
+    for mode in ("lookup adaptive", "draft adaptive"):
+        f = all_modes[mode]
+        assert f["speedup"] > 0 and 0.0 <= f["acceptance_rate"] <= 1.0
+        assert f["divergence_rate"] == 0.0
+        assert f["p50_ms"] <= f["p99_ms"] and f["ttft_ms"] > 0
+        assert f["tokens_per_round"] >= 1.0
+    assert {c["title"] for c in report["conversations"]} == {"Parser", "Weekend"}
+    parser = next(c for c in report["conversations"] if c["title"] == "Parser")
+    assert parser["turns"] == 2 and parser["kind"] == "code"
+    assert set(report["suites"]) >= {"code", "ALL"}
+    assert report["regime"]["name"] in ("compute-bound", "bandwidth-bound")
+    assert "t(5)/t(1)" in report["regime"]["sentence"]
+    assert report["models"]["target"]["file"] == engine.config.target.name
+    assert report["models"]["target"]["size"] == engine.config.target.stat().st_size
+    assert report["machine"]["threads"] == 1
+    assert report["recommendation"]["headline"]
+    # the engine is left as a fresh load leaves it: the same reply as before
+    assert _reply(engine) == before
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
+
+
+def test_cancel_stops_the_measurement_and_leaves_the_engine_usable(
+    engine: Engine, tmp_path: Path
+) -> None:
+    turns = read_turns(make_history(tmp_path / "c.sqlite3"))
+    before = _reply(engine)
+    cancel = threading.Event()
+
+    def progress(p: MeasureProgress) -> None:
+        if p.done == 2:
+            cancel.set()  # the next replay must not run to its end
+
+    with pytest.raises(MeasurementCancelledError) as info:
+        run_measurement(
+            engine, turns, [MeasureConfig("draft")], max_tokens=64, cancel=cancel,
+            progress=progress,
+        )  # fmt: skip
+    assert info.value.done == 2 and info.value.total == 6
+    assert "cancelled after 2 of 6 replays; nothing was saved" in str(info.value)
+
+    # set while a reply decodes: it stops within that reply, at a round's end
+    cancel = threading.Event()
+    timer = threading.Timer(1.0, cancel.set)
+    timer.start()
+    with pytest.raises(MeasurementCancelledError) as info:
+        run_measurement(engine, turns * 20, [MeasureConfig("lookup")], max_tokens=200,
+                        cancel=cancel)  # fmt: skip
+    timer.join()
+    assert info.value.done < info.value.total
+    assert _reply(engine) == before
+
+
+def _cli(home: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GAMBIT_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "gambit", "bench", *map(str, args)],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def test_cli_bench_from_history(tmp_path: Path, smol_q8_0: Path, smol_q4_1: Path) -> None:
+    home = tmp_path / "home"
+    db = make_history(home / "data" / "conversations.sqlite3")
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    common = ["--target", smol_q8_0, "--threads", "1", "--ctx", "512", "--max-tokens", "8"]
+    proc = _cli(home, "--from-history", "--last", "2", *common, "--draft", smol_q4_1)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    header = next(line for line in out.splitlines() if line.startswith("suite"))
+    assert "speedup" in header and "tok/s" in header  # bench's table
+    rows = [line for line in out.splitlines() if line.startswith("ALL ")]
+    modes = ["target-only", "lookup adaptive", "lookup fixed=4", "draft adaptive", "draft fixed=4"]
+    assert len(rows) == len(modes)
+    assert all(f" {mode} " in row for mode, row in zip(modes, rows, strict=True))
+    assert "greedy outputs identical with and without speculation: 8/8" in out
+    assert "t(5)/t(1)" in out and "Recommendation: " in out
+    assert "[8/10]" in proc.stderr and "left" in proc.stderr  # progress on stderr
+    saved = list((home / "data" / "measurements").glob("measure-*.json"))
+    assert len(saved) == 1 and f"saved to {saved[0]}" in proc.stderr
+    report = json.loads(saved[0].read_text(encoding="utf-8"))
+    assert report["turns"] == 2 and report["history"]["last"] == 2
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
+
+    proc = _cli(home, "--from-history", "--last", "1", *common, "--json")  # no draft: lookup only
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [m["name"] for m in report["modes"]] == [
+        "target-only", "lookup adaptive", "lookup fixed=4",
+    ]  # fmt: skip
+    assert report["turns"] == 1 and report["schema"] == "gambit-bench/2"
+    assert len(list((home / "data" / "measurements").glob("measure-*.json"))) == 2
+
+
+def test_cli_from_history_without_history_says_so(tmp_path: Path, smol_q8_0: Path) -> None:
+    proc = _cli(tmp_path, "--from-history", "--target", smol_q8_0, "--threads", "1")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("gambit-cli: error: There is no chat history"), proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,125 @@
+"""What a measurement says, from hand-built reports: the recommendation and its
+reason, the kind of a turn, the regime sentence, the CSV export."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import pytest
+
+from gambit.measure import TARGET_ONLY_MODE, MeasureConfig
+from gambit.measure_report import PAYS_FROM, recommend, regime_sentence, report_csv, turn_kind
+
+
+def _report(speedups: dict[str, dict[str, float]], turns: int = 6) -> dict[str, Any]:
+    """suites: kind -> mode name -> speedup; ALL is the first kind's unless given."""
+    configs = [
+        MeasureConfig("lookup", "adaptive"),
+        MeasureConfig("lookup", "fixed=4"),
+        MeasureConfig("draft", "adaptive"),
+        MeasureConfig("draft", "fixed=4", tree=False),
+    ]
+    suites = {
+        kind: {
+            mode: {"speedup": s, "tokens_per_s": 10.0 * s, "divergence_rate": 0.0}
+            for mode, s in by_mode.items()
+        }
+        for kind, by_mode in speedups.items()
+    }
+    return {
+        "started": "2026-01-02T03:04:05",
+        "target": "/m/t.gguf",
+        "draft": "/m/d.gguf",
+        "drafter": "draft",
+        "temperature": 0.0,
+        "seed": 1234,
+        "max_tokens": 32,
+        "turns": turns,
+        "modes": [TARGET_ONLY_MODE, *(c.describe() for c in configs)],
+        "suites": suites,
+    }
+
+
+ALL_PLAIN = {"target-only": 1.0}
+
+
+def test_recommends_the_fastest_configuration_and_names_the_kinds_that_gain() -> None:
+    rep = _report({
+        "code": {**ALL_PLAIN, "lookup adaptive": 1.9, "lookup fixed=4": 1.7, "draft adaptive": 1.1},
+        "rewriting": {**ALL_PLAIN, "lookup adaptive": 1.6, "lookup fixed=4": 1.5,
+                      "draft adaptive": 1.0},
+        "chat": {**ALL_PLAIN, "lookup adaptive": 1.0, "lookup fixed=4": 0.9,
+                 "draft adaptive": 1.05},
+        "ALL": {**ALL_PLAIN, "lookup adaptive": 1.4, "lookup fixed=4": 1.3,
+                "draft adaptive": 1.05},
+    })  # fmt: skip
+    rec = recommend(rep)
+    assert not rec["off"]
+    assert (rec["drafter"], rec["policy"], rec["gamma"], rec["tree"]) == (
+        "lookup", "adaptive", None, False,
+    )  # fmt: skip
+    assert rec["headline"] == "Prompt lookup, adaptive: 1.40x on your chats"
+    assert rec["reason"].startswith("code and rewriting gain most (1.90x, 1.60x)")
+    assert "chat 1.00x" in rec["reason"]
+
+
+def test_adaptive_is_preferred_within_two_percent_of_the_best_fixed_gamma() -> None:
+    rep = _report({"ALL": {**ALL_PLAIN, "lookup adaptive": 1.29, "lookup fixed=4": 1.30}})
+    assert recommend(rep)["policy"] == "adaptive"
+    rep = _report({"ALL": {**ALL_PLAIN, "lookup adaptive": 1.20, "lookup fixed=4": 1.30}})
+    rec = recommend(rep)
+    assert (rec["policy"], rec["gamma"]) == ("fixed", 4)
+    assert rec["headline"].startswith("Prompt lookup, γ=4: 1.30x")
+
+
+def test_speculation_off_when_nothing_reaches_the_bar_and_it_says_the_bar() -> None:
+    rep = _report({"ALL": {**ALL_PLAIN, "lookup adaptive": 1.03, "draft fixed=4": 0.8}})
+    rec = recommend(rep)
+    assert rec["off"] and rec["headline"] == "Speculation off"
+    assert f"{PAYS_FROM:.2f}x" in rec["reason"] and "5% faster" in rec["reason"]
+    assert "prompt lookup, adaptive, ran at 1.03x" in rec["reason"]
+    assert recommend(_report({"ALL": ALL_PLAIN}))["off"]  # nothing compared
+
+
+def test_one_kind_of_turn_says_what_it_was_measured_on() -> None:
+    rep = _report({"chat": {**ALL_PLAIN, "draft adaptive": 1.2},
+                   "ALL": {**ALL_PLAIN, "draft adaptive": 1.2}}, turns=3)  # fmt: skip
+    assert recommend(rep)["reason"] == "measured on 3 chat turns of yours"
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("Here is my code:\n```\nx = 1\n```\nwhy does it fail?", "code"),
+        ("def add(a, b): return a + b  -- add a docstring", "code"),
+        ("Write a Python script that renames files", "code"),
+        ("Rewrite this paragraph so it sounds friendlier", "rewriting"),
+        ("Summarize the text below in two lines", "rewriting"),
+        ("What should I see in Lisbon in two days?", "chat"),
+        ("My class starts at nine, any breakfast ideas?", "chat"),
+    ],
+)
+def test_turn_kind(text: str, kind: str) -> None:
+    assert turn_kind(text) == kind
+
+
+def test_regime_sentence_from_the_measured_cost_ratio() -> None:
+    regime, sentence = regime_sentence(2.12, "big.gguf")
+    assert regime == "compute-bound"
+    assert "2.12× one token" in sentence and "t(5)/t(1)" in sentence and "big.gguf" in sentence
+    regime, sentence = regime_sentence(1.16, "f32.gguf")
+    assert regime == "bandwidth-bound" and "only 1.16×" in sentence
+
+
+def test_csv_has_a_row_per_suite_and_mode_with_every_figure() -> None:
+    rep = _report({"code": {**ALL_PLAIN, "lookup adaptive": 1.5},
+                   "ALL": {**ALL_PLAIN, "lookup adaptive": 1.5}})  # fmt: skip
+    rows = list(csv.DictReader(io.StringIO(report_csv(rep))))
+    assert [(r["suite"], r["mode"]) for r in rows] == [
+        ("code", "target-only"), ("code", "lookup adaptive"),
+        ("ALL", "target-only"), ("ALL", "lookup adaptive"),
+    ]  # fmt: skip
+    assert rows[1]["speedup"] == "1.5" and rows[1]["tokens_per_s"] == "15"
+    assert rows[0]["target"] == "/m/t.gguf" and rows[0]["started"] == "2026-01-02T03:04:05"
