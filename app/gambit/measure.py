@@ -364,6 +364,7 @@ def _figures(totals: dict[str, ModeTotals], tally: _Tally | None = None) -> dict
     out: dict[str, Any] = {}
     for mode, t in totals.items():
         f: dict[str, Any] = t.figures()
+        f["drafted_tokens"] = t.stats.n_drafted  # 0: it placed no bet (speedup 1.0)
         f["speedup"] = _ratio(f["tokens_per_s"], base.get("tokens_per_s"), mode, t)
         f["end_to_end_speedup"] = _ratio(
             f["end_to_end_tokens_per_s"], base.get("end_to_end_tokens_per_s"), mode, t
@@ -411,7 +412,8 @@ def _report(
             "turns": sum(tally.kinds[cid].values()),
             "kind": tally.kinds[cid].most_common(1)[0][0],
             "modes": {
-                m: {k: f[k] for k in ("speedup", "acceptance_rate", "tokens_per_s", "tokens")}
+                m: {k: f[k] for k in ("speedup", "acceptance_rate", "tokens_per_s", "tokens",
+                                      "drafted_tokens")}
                 for m, f in figures.items()
             },
         })  # fmt: skip

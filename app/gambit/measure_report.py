@@ -104,18 +104,10 @@ def recommend(report: Mapping[str, Any]) -> dict[str, Any]:
             "reason": "no drafter was compared: there is nothing that could pay",
         }
     speedup = float(all_modes[chosen]["speedup"])
-    label = info[chosen]["label"]
     if speedup < PAYS_FROM:
-        return {
-            **base,
-            "headline": "Speculation off",
-            "reason": (
-                f"nothing paid on your chats: the best, {label}, ran at {speedup:.2f}x plain "
-                f"decoding, and speculation has to reach {PAYS_FROM:.2f}x "
-                f"({PAYS_FROM - 1:.0%} faster) to be worth switching on"
-            ),
-        }
+        return {**base, "headline": "Speculation off", "reason": _off_reason(all_modes, info)}
     mode = info[chosen]
+    label = mode["label"]
     reason = _kinds_reason(report, chosen, speedup)
     divergence = all_modes[chosen].get("divergence_rate") or 0.0
     if divergence:
@@ -135,6 +127,28 @@ def recommend(report: Mapping[str, Any]) -> dict[str, Any]:
         "headline": f"{label[:1].upper()}{label[1:]}: {speedup:.2f}x on your chats",
         "reason": reason,
     }
+
+
+def _off_reason(all_modes: Mapping[str, Any], info: Mapping[str, Mapping[str, Any]]) -> str:
+    """Why nothing pays: the best that placed a bet, and those that never did
+    (an adaptive policy that stayed off claims no speedup: 1.00x by definition)."""
+    modes = [m for m in all_modes if m != TARGET_ONLY and m in info]
+    drafted = [m for m in modes if all_modes[m].get("drafted_tokens", 1)]
+    idle = [info[m]["label"] for m in modes if m not in drafted]
+    bar = (
+        f"speculation has to reach {PAYS_FROM:.2f}x ({PAYS_FROM - 1:.0%} faster) "
+        "to be worth switching on"
+    )
+    if not drafted:
+        return f"no configuration found drafts worth trying on your chats ({_and(idle)}); {bar}"
+    best = max(drafted, key=lambda m: all_modes[m]["speedup"])
+    text = (
+        f"nothing paid on your chats: the best that drafted, {info[best]['label']}, ran at "
+        f"{float(all_modes[best]['speedup']):.2f}x plain decoding"
+    )
+    if idle:
+        text += f" ({_and(idle)} never drafted)"
+    return f"{text}, and {bar}"
 
 
 def _kinds_reason(report: Mapping[str, Any], mode: str, speedup: float) -> str:

@@ -79,8 +79,21 @@ def test_speculation_off_when_nothing_reaches_the_bar_and_it_says_the_bar() -> N
     rec = recommend(rep)
     assert rec["off"] and rec["headline"] == "Speculation off"
     assert f"{PAYS_FROM:.2f}x" in rec["reason"] and "5% faster" in rec["reason"]
-    assert "prompt lookup, adaptive, ran at 1.03x" in rec["reason"]
+    assert "the best that drafted, prompt lookup, adaptive, ran at 1.03x" in rec["reason"]
     assert recommend(_report({"ALL": ALL_PLAIN}))["off"]  # nothing compared
+
+
+def test_a_policy_that_never_drafted_is_not_called_the_best() -> None:
+    rep = _report({"ALL": {**ALL_PLAIN, "lookup adaptive": 1.0, "draft fixed=4": 0.8}})
+    rep["suites"]["ALL"]["lookup adaptive"]["drafted_tokens"] = 0  # stayed off: 1.00x by rule
+    rec = recommend(rep)
+    assert rec["off"]
+    assert rec["reason"].startswith(
+        "nothing paid on your chats: the best that drafted, draft model, γ=4, ran at 0.80x "
+        "plain decoding (prompt lookup, adaptive never drafted)"
+    )
+    rep["suites"]["ALL"]["draft fixed=4"]["drafted_tokens"] = 0
+    assert "no configuration found drafts worth trying" in recommend(rep)["reason"]
 
 
 def test_one_kind_of_turn_says_what_it_was_measured_on() -> None:
