@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
@@ -29,6 +30,9 @@ from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.ui import qt_compat
+
+if TYPE_CHECKING:
+    from gambit.measure_history import MeasureRequest
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +107,8 @@ class EngineWorker(QObject):
     delta = Signal(object)  # ReplyDelta
     finished = Signal(object)  # ReplyResult
     failed = Signal(str, object)  # message, partial ReplyResult
+    measure_progress = Signal(object)  # gambit.measure.MeasureProgress
+    measure_finished = Signal(object)  # gambit.measure_history.MeasureOutcome
 
     def __init__(self) -> None:
         super().__init__()
@@ -267,6 +273,35 @@ class EngineWorker(QObject):
             self.failed.emit(
                 f"The generation crashed: {exc!r}",
                 self._partial(engine, tracker, text_parts, drafted),
+            )
+
+    @Slot(object)
+    def measure(self, request: MeasureRequest) -> None:
+        """Replay the user's stored turns on the loaded models (``gambit.measure``):
+        progress after every replay, then one ``measure_finished``. ``cancel``
+        stops it within a round; the engine is left as a fresh load leaves it."""
+        from gambit.measure import MeasurementCancelledError
+        from gambit.measure_history import MeasureOutcome, measure_history
+
+        engine = self._engine
+        if engine is None:
+            self.measure_finished.emit(MeasureOutcome(error="No model is loaded: load one first."))
+            return
+        if not self._closing.is_set():
+            self._cancel.clear()
+        try:
+            report, path = measure_history(
+                engine, request, self._cancel, self.measure_progress.emit
+            )
+            self.measure_finished.emit(MeasureOutcome(report, path))
+        except MeasurementCancelledError as exc:
+            self.measure_finished.emit(MeasureOutcome(error=str(exc), cancelled=True))
+        except GambitError as exc:
+            self.measure_finished.emit(MeasureOutcome(error=str(exc)))
+        except Exception as exc:
+            log.error("measurement crashed:\n%s", traceback.format_exc())
+            self.measure_finished.emit(
+                MeasureOutcome(error=f"The measurement failed unexpectedly: {exc!r}")
             )
 
     @Slot()

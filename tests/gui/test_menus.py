@@ -23,7 +23,10 @@ MENUS = {
     "fileMenu": ("File", ["newChatAction", "quitAction"]),
     "editMenu": ("Edit", ["copyAction", "selectAllAction", "findAction"]),
     "viewMenu": ("View", ["statisticsAction", "sidebarAction"]),
-    "toolsMenu": ("Tools", ["speculationAction", "modelsAction", "settingsAction"]),
+    "toolsMenu": (
+        "Tools",
+        ["speculationAction", "modelsAction", "settingsAction", "measureAction"],
+    ),
     "helpMenu": ("Help", ["aboutAction", "openLogsAction"]),
 }
 SHORTCUTS = {
@@ -167,6 +170,24 @@ def test_settings_and_models_open_their_dialogs(qtbot: QtBot, window: MainWindow
     _action(window, "modelsAction").trigger()
     assert len(seen) == 2 and isinstance(seen[1], ModelsDialog)
     assert window.settings_store.load() == window.settings  # cancelled: nothing saved
+
+
+def test_measure_opens_its_dialog_which_waits_for_a_model(qtbot: QtBot, window: MainWindow) -> None:
+    from gambit.ui.measure_dialog import MeasureDialog
+
+    window.store.add_message(window.conversation_id or -1, "user", "hello")
+    _action(window, "measureAction").trigger()
+    dialog = window.findChild(MeasureDialog, "measureDialog")
+    assert isinstance(dialog, MeasureDialog) and dialog.isVisible()
+    assert dialog.isModal()  # window-modal: the chat waits while the engine replays
+    assert dialog.conversations.count() == 1
+    dialog.start_button.click()  # no model loaded in this window
+    assert not dialog.running
+    assert "not loaded" in dialog.status.text()
+    dialog.close()
+    _action(window, "measureAction").trigger()  # one dialog per window, shown again
+    assert window.findChildren(MeasureDialog) == [dialog] and dialog.isVisible()
+    dialog.close()
 
 
 def test_about_names_version_llama_cpp_backend_and_kernels(

@@ -21,6 +21,7 @@ from gambit.storage.paths import log_dir
 
 if TYPE_CHECKING:
     from gambit.ui.main_window import MainWindow
+    from gambit.ui.measure_dialog import MeasureDialog
 
 # Keys of about_lines() that the About box shows; the rest go to its details.
 ABOUT_KEYS = ("llama-cpp-python", "backend", "gpu offload", "kernels")
@@ -67,6 +68,7 @@ class MenuBar(QObject):
         self._build_actions()
         self._build_menus()
         self._about: _AboutFetcher | None = None
+        self._measure: MeasureDialog | None = None  # one per window: it outlives a close mid-run
 
     # ----------------------------------------------------------------- actions
     def _action(self, text: str, name: str, tip: str, keys: list[QKeySequence]) -> QAction:
@@ -133,6 +135,13 @@ class MenuBar(QObject):
         w.speculation_action.setShortcut(QKeySequence("Ctrl+Shift+P"))
         set_tip(w.speculation_action, "Speculative decoding on/off (takes effect at once)")
 
+        self.measure = self._action(
+            "Measure on my &chats…", "measureAction",
+            "Replay your own conversations to see which drafter and policy pay on this machine",
+            [],
+        )  # fmt: skip
+        self.measure.triggered.connect(self.open_measure)
+
         self.about = self._action("&About Gambit", "aboutAction", "Version and backend", [])
         self.about.setMenuRole(QAction.MenuRole.AboutRole)
         self.about.triggered.connect(self.show_about)
@@ -163,6 +172,8 @@ class MenuBar(QObject):
         tools.addAction(w.speculation_action)
         tools.addSeparator()
         tools.addActions([w.models_action, w.settings_action])
+        tools.addSeparator()
+        tools.addAction(self.measure)
         menus["helpMenu"].addActions([self.about, self.open_logs])
         self.menus = menus
 
@@ -203,6 +214,31 @@ class MenuBar(QObject):
             return
         if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
             self.window.statusBar().showMessage(f"The log folder is {folder}", 10000)
+
+    @Slot()
+    def open_measure(self) -> None:
+        """The "Measure on my chats" dialog, window-modal: the engine is busy
+        replaying while it runs, so the chat waits."""
+        from gambit.ui.measure_dialog import MeasureDialog, MeasureHost
+
+        w = self.window
+        if self._measure is None:
+            host = MeasureHost(
+                worker=w.worker,
+                db_path=w.store.path,
+                settings=lambda: w.settings,
+                apply=w.apply_settings,
+                engine_info=lambda: w.engine_info,
+                busy=lambda: w.generating,
+            )
+            self._measure = MeasureDialog(host, w)
+            self._measure.setWindowModality(Qt.WindowModality.WindowModal)
+        elif not self._measure.running:
+            self._measure.refresh_choices()
+            self._measure.refresh_earlier(select_first=True)
+        self._measure.show()
+        self._measure.raise_()
+        self._measure.activateWindow()
 
     @Slot()
     def show_about(self) -> None:

@@ -1,0 +1,284 @@
+"""Measure on my chats, end to end in the window: the real engine (SmolLM2 Q8_0
+target, Q4_1 draft), a real conversation database under tmp_path, real
+widgets offscreen. The measurement runs on the worker thread; the
+conversations stay byte-identical; the window stays responsive.
+
+``GAMBIT_SCREENSHOT_DIR`` set: the screenshots are copied there too (for docs/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCharts import QChartView, QScatterSeries
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QLabel, QListWidget, QProgressBar, QPushButton, QTableWidget
+from pytestqt.qtbot import QtBot
+
+from gambit.storage.conversations import ConversationStore
+from gambit.storage.settings import Settings, SettingsStore
+from gambit.ui.main_window import MainWindow
+from gambit.ui.measure_dialog import MeasureDialog
+
+LOAD_TIMEOUT_MS = 120_000
+MEASURE_TIMEOUT_MS = 300_000
+# The issue's bound for the event loop while a measurement runs.
+MAX_BLOCK_MS = 50.0
+
+CHATS = {
+    "Refactor the config parser": [
+        ("user", "Here is my function:\n```python\ndef parse(line):\n    key, value = "
+                 "line.split('=')\n    return key.strip(), value.strip()\n```\nMake it skip "
+                 "comments that start with #."),
+        ("assistant", "```python\ndef parse(line):\n    if line.startswith('#'):\n        return "
+                      "None\n    key, value = line.split('=')\n    return key.strip(), "
+                      "value.strip()\n```"),
+        ("user", "Now rename parse to parse_line and repeat the whole function."),
+    ],
+    "Polish my cover letter": [
+        ("user", "Rewrite this more politely: I want the job because I am the best at it and "
+                 "you need me."),
+    ],
+    "Weekend in Lisbon": [
+        ("user", "What should I see in Lisbon in two days?"),
+    ],
+}  # fmt: skip
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "conversations.sqlite3"
+    with ConversationStore(path) as store:
+        for title, messages in CHATS.items():
+            conv = store.create(title)
+            for role, text in messages:
+                store.add_message(conv, role, text)  # type: ignore[arg-type]
+    return path
+
+
+@pytest.fixture
+def window(
+    qtbot: QtBot,
+    tmp_path: Path,
+    db: Path,
+    smol_q8_0: Path,
+    smol_q4_1: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[MainWindow]:
+    monkeypatch.setenv("GAMBIT_HOME", str(tmp_path / "home"))  # measurements are saved here
+    store = SettingsStore(tmp_path / "settings.json")
+    store.save(
+        Settings(
+            target_model=str(smol_q8_0),
+            drafter="draft",
+            draft_model=str(smol_q4_1),
+            temperature=0.0,
+            max_tokens=32,
+            context_size=1024,
+            threads=1,  # two cores shared with other jobs: one thread stays steady
+        )
+    )
+    w = MainWindow(store, ConversationStore(db))
+    qtbot.addWidget(w)
+    w.show()
+    w.load_engine()
+    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    yield w
+    w.close()
+
+
+def fingerprint(db: Path) -> dict[str, str]:
+    """The database file and its WAL, byte for byte."""
+    files = [db, db.with_name(db.name + "-wal")]
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files if f.exists()}
+
+
+def open_dialog(qtbot: QtBot, window: MainWindow) -> MeasureDialog:
+    action = window.findChild(QAction, "measureAction")
+    assert isinstance(action, QAction)
+    action.trigger()
+    dialog = window.findChild(MeasureDialog, "measureDialog")
+    assert isinstance(dialog, MeasureDialog)
+    qtbot.waitExposed(dialog)
+    dialog.max_tokens.setValue(8)
+    return dialog
+
+
+class GapMeter:
+    """A 10 ms timer on the GUI thread: the longest gap between its ticks is
+    the longest the event loop was blocked."""
+
+    def __init__(self) -> None:
+        self.longest_ms = 0.0
+        self._last = time.perf_counter()
+        self._timer = QTimer()
+        self._timer.setInterval(10)
+        self._timer.timeout.connect(self._tick)
+        self._timer.start()
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self.longest_ms = max(self.longest_ms, (now - self._last) * 1000)
+        self._last = now
+
+    def pause(self) -> None:
+        """While the test itself blocks the loop (a screenshot), not the app."""
+        self._timer.stop()
+
+    def resume(self) -> None:
+        self._last = time.perf_counter()
+        self._timer.start()
+
+    def stop(self) -> float:
+        self._timer.stop()
+        return self.longest_ms
+
+
+def save_shot(widget: MeasureDialog, tmp_path: Path, name: str) -> Path:
+    shot = tmp_path / name
+    assert widget.grab().save(str(shot))
+    assert shot.stat().st_size > 10_000
+    out = os.environ.get("GAMBIT_SCREENSHOT_DIR")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(out) / name)
+    return shot
+
+
+def run(qtbot: QtBot, dialog: MeasureDialog) -> None:
+    """Measure, and wait until the results are drawn (the charts come a moment later)."""
+    qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
+    assert dialog.running
+    qtbot.waitUntil(
+        lambda: not dialog.running and dialog.results.filled, timeout=MEASURE_TIMEOUT_MS
+    )
+
+
+def test_measure_shows_results_and_applies_the_recommendation(
+    qtbot: QtBot, window: MainWindow, db: Path, tmp_path: Path
+) -> None:
+    before = fingerprint(db)
+    dialog = open_dialog(qtbot, window)
+    picker = dialog.findChild(QListWidget, "conversationPicker")
+    assert isinstance(picker, QListWidget) and picker.count() == 3
+    assert dialog.last_turns.value() == 20  # the default: the latest 20 user turns
+    # the loaded models offer prompt lookup and the draft model, not layer skip or trees
+    assert dialog.drafter_boxes["lookup"].isChecked()
+    assert dialog.drafter_boxes["draft"].isChecked()
+    assert not dialog.drafter_boxes["layerskip"].isEnabled()
+    assert not dialog.trees_box.isEnabled()
+
+    meter = GapMeter()
+    run(qtbot, dialog)
+    longest = meter.stop()
+    print(f"UI event loop: longest gap between 10 ms ticks during the measurement {longest:.1f} ms")
+    assert longest < MAX_BLOCK_MS
+
+    outcome = dialog.last_outcome
+    assert outcome is not None and outcome.error is None, outcome
+    report = outcome.report
+    assert report is not None and outcome.path is not None and outcome.path.is_file()
+    assert report["turns"] == 4
+    names = [m["name"] for m in report["modes"]]
+    assert names == [
+        "target-only", "lookup adaptive", "lookup fixed=4", "draft adaptive", "draft fixed=4",
+    ]  # fmt: skip
+    assert report["identical_outputs"] == "16/16"  # a Q8_0 target is batch-invariant
+    # results on screen: the recommendation, the regime, both charts and the table
+    rec = report["recommendation"]
+    headline = dialog.findChild(QLabel, "recommendationHeadline")
+    assert isinstance(headline, QLabel) and headline.isVisible()
+    assert headline.text() == rec["headline"]
+    regime = dialog.findChild(QLabel, "regimeLabel")
+    assert isinstance(regime, QLabel) and "t(5)/t(1)" in regime.text()
+    bars = dialog.findChild(QChartView, "speedupChart")
+    assert isinstance(bars, QChartView) and bars.chart().series()
+    scatter = dialog.findChild(QChartView, "scatterChart")
+    assert isinstance(scatter, QChartView)
+    points = [s for s in scatter.chart().series() if isinstance(s, QScatterSeries)]
+    # a point per conversation in which the configuration drafted (no bet, no point)
+    assert len(points) == 4 and all(s.count() <= 3 for s in points)
+    assert sum(s.count() for s in points) > 0
+    table = dialog.findChild(QTableWidget, "resultsTable")
+    assert isinstance(table, QTableWidget) and table.rowCount() == 5
+    earlier = dialog.findChild(QListWidget, "earlierList")
+    assert isinstance(earlier, QListWidget) and earlier.count() == 1
+    save_shot(dialog, tmp_path, "measure_results.png")
+
+    # Apply: the window's settings (and the file) follow the recommendation
+    apply = dialog.findChild(QPushButton, "applyButton")
+    assert isinstance(apply, QPushButton) and apply.isEnabled()
+    qtbot.mouseClick(apply, Qt.MouseButton.LeftButton)
+    saved = window.settings_store.load()
+    assert saved == window.settings
+    if rec["off"]:
+        assert saved.speculation is False
+    else:
+        assert saved.speculation is True
+        assert (saved.drafter, saved.policy) == (rec["drafter"], rec["policy"])
+        if rec["policy"] == "fixed":
+            assert saved.fixed_gamma == rec["gamma"]
+    assert rec["headline"] in dialog.status.text()
+
+    # exports in the schema of bench --json
+    dialog.export(tmp_path / "m.csv", "csv")
+    lines = (tmp_path / "m.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("started,target,draft") and "speedup" in lines[0]
+    assert len(lines) == 1 + 5 * len(report["suites"])  # a row per suite x mode
+    assert fingerprint(db) == before  # the conversations were only read
+
+
+def test_cancel_mid_run_then_a_second_run_is_listed_first(
+    qtbot: QtBot, window: MainWindow, db: Path, tmp_path: Path
+) -> None:
+    before = fingerprint(db)
+    dialog = open_dialog(qtbot, window)
+    dialog.policy_boxes["fixed=4"].setChecked(False)  # adaptive only: quicker runs
+    run(qtbot, dialog)
+    first = dialog.last_outcome
+    assert first is not None and first.report is not None
+
+    meter = GapMeter()
+    qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
+    bar = dialog.findChild(QProgressBar, "measureProgress")
+    assert isinstance(bar, QProgressBar)
+    qtbot.waitUntil(lambda: bar.value() >= 2, timeout=MEASURE_TIMEOUT_MS)
+    assert not dialog.start_button.isEnabled() and dialog.cancel_button.isEnabled()
+    assert "left" in dialog.eta.text()
+    meter.pause()
+    save_shot(dialog, tmp_path, "measure_running.png")
+    meter.resume()
+    qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not dialog.running, timeout=MEASURE_TIMEOUT_MS)
+    longest = meter.stop()
+    print(f"UI event loop: longest gap between 10 ms ticks, run and cancel {longest:.1f} ms")
+    assert longest < MAX_BLOCK_MS
+    cancelled = dialog.last_outcome
+    assert cancelled is not None and cancelled.cancelled and cancelled.report is None
+    # a clear state: says so, nothing saved, ready to measure again
+    assert "cancelled after" in dialog.status.text() and "nothing was saved" in dialog.status.text()
+    assert bar.value() == 0 and dialog.eta.text() == ""
+    assert dialog.start_button.isEnabled() and not dialog.cancel_button.isEnabled()
+    assert dialog.earlier.count() == 1
+
+    run(qtbot, dialog)
+    second = dialog.last_outcome
+    assert second is not None and second.path is not None
+    assert dialog.earlier.count() == 2
+    newest = dialog.earlier.item(0)
+    assert newest.data(Qt.ItemDataRole.UserRole) == str(second.path)  # newest first
+    assert dialog.earlier.currentRow() == 0
+    assert fingerprint(db) == before  # the conversations were only read
+    # the chat still works on the engine the measurement used
+    window.input.setPlainText("Say hi")
+    dialog.close()
+    qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not window.generating, timeout=MEASURE_TIMEOUT_MS)
+    assert window.chat.messages[-1].role == "assistant" and window.chat.messages[-1].text
