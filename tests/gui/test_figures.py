@@ -20,6 +20,7 @@ from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.main_window import MainWindow
 from gambit.worker import ReplyResult
+from gguf_fixtures import write_small_model
 
 LOAD_TIMEOUT_MS = 120_000
 REPLY_TIMEOUT_MS = 120_000
@@ -143,15 +144,17 @@ def test_a_reply_without_drafting_claims_no_speedup(
 
 
 def test_a_failed_load_leaves_no_figures_behind(
-    qtbot: QtBot, open_window: type[MainWindow], pair: Settings, changed_tokenizer: Path
+    qtbot: QtBot, open_window: type[MainWindow], pair: Settings, tmp_path: Path
 ) -> None:
     w = open_window(pair)
     reply(qtbot, w)
     speedup = shown(w, "speedupValue")
     qtbot.waitUntil(lambda: speedup.text() != NO_FIGURE, timeout=5000)
 
-    # A draft whose tokenizer differs passes the file checks, then fails to load.
-    assert w.apply_settings(w.settings.with_(draft_model=str(changed_tokenizer)))
+    # A complete GGUF file that holds no whole model passes the file checks,
+    # then llama.cpp cannot load it.
+    broken = write_small_model(tmp_path / "no-whole-model.gguf")
+    assert w.apply_settings(w.settings.with_(target_model=str(broken)))
     qtbot.waitUntil(
         lambda: w.findChild(QMessageBox, "errorDialog") is not None, timeout=LOAD_TIMEOUT_MS
     )
