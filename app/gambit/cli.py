@@ -27,8 +27,9 @@ from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import DrafterKind, Engine, EngineConfig
 from gambit.errors import GambitError, OperationCancelledError
+from gambit.fsutil import NO_COUNTS, Progress
 from gambit.models.commands import add_models_parser, run_models
-from gambit.models.default_model import NO_COUNTS, Progress, default_model_path
+from gambit.models.default_model import default_model_path
 from gambit.stop_signals import StopSignals
 from gambit.storage.paths import cache_dir, resources_dir
 

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 from pytestqt.qtbot import QtBot
 
-from gambit.models.info import inspect_model
+from gambit.formats.gguf_info import inspect_model
 from gambit.models.library import ModelLibrary
 from gambit.storage.settings import Settings
 from gambit.ui.models_dialog import (

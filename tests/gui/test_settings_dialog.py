@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 from pytestqt.qtbot import QtBot
 
-from gambit.models.mtp import mtp_availability
+from gambit.formats.mtp import mtp_availability
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.settings_dialog import (
     LAYERSKIP_HELP,

@@ -23,6 +23,7 @@ from gambit.engine.decoder import GenerationConfig, StopReason
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import EngineConfig
+from gambit.formats import layerskip_file
 from gambit.models import layerskip
 from gambit.storage.settings import Settings
 from gambit.worker import EngineInfo, EngineRequest, ReplyResult, WorkerThread
@@ -125,7 +126,7 @@ def fake_search(
         progress("measuring block 7 of 30", 7, 30)
         progress("writing the draft", 30, 30)
         assert cancel is not None and not cancel.is_set()
-        path = layerskip.write_layer_skip_model(target, tmp_path / "skip.gguf", (10, 20))
+        path = layerskip_file.write_layer_skip_model(target, tmp_path / "skip.gguf", (10, 20))
         pays = SimpleNamespace(refusal=lambda: None)  # a plan worth drafting with
         return SimpleNamespace(path=path, from_cache=False, plan=pays)
 
@@ -179,7 +180,7 @@ def test_layer_skip_search_stops_on_cancel_and_on_close(
         started.set()
         while not cancel.is_set():  # a search that would never end on its own
             cancel.wait(0.01)
-        raise layerskip.LayerSkipCancelledError("cancelled: the layer-skip search was stopped")
+        raise layerskip_file.LayerSkipCancelledError("cancelled: the layer-skip search was stopped")
 
     monkeypatch.setattr(layerskip, "ensure_layer_skip_draft", ensure)
     settings = Settings(target_model=str(smol_q4_1), drafter="layerskip")

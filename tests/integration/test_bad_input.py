@@ -44,7 +44,7 @@ from gambit.errors import (
     NotGGUFError,
     TruncatedModelError,
 )
-from gambit.models.gguf_file import check_model_file, read_header
+from gambit.formats.gguf_file import check_model_file, read_header
 from gguf_fixtures import CHANGED_TEXT, CHANGED_TOKEN
 
 # One thread: the machine's two cores are shared with other jobs, and llama.cpp's

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from gambit.formats.gguf_file import check_model_file
 from gambit.models.child_process import module_command
 from gambit.models.derive import _partial_path, derive_draft
-from gambit.models.gguf_file import check_model_file
 
 
 def _hostile_folder(root: Path) -> Path:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gambit.engine.kernels import KernelProbe
+from gambit.formats.gguf_info import inspect_model
 from gambit.models.derive import requantize
 from gambit.models.derive_advice import (
     ASSUMED_ACCEPTANCE,
@@ -21,7 +22,6 @@ from gambit.models.derive_advice import (
     advise,
     cached_curve,
 )
-from gambit.models.info import inspect_model
 from gambit.models.pairing import pair_report
 
 MODEL_CACHE = Path(os.environ.get("GAMBIT_CACHE", Path.home() / ".cache" / "gambit"))

@@ -23,19 +23,21 @@ import pytest
 from gambit.engine.drafters.draft_model import check_compatible
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import ModelNotFoundError, NotGGUFError
-from gambit.models.gguf_file import read_header
-from gambit.models.info import inspect_model
-from gambit.models.layerskip import (
-    MIN_DRAFT_SAVING,
+from gambit.formats.gguf_file import read_header
+from gambit.formats.gguf_info import inspect_model
+from gambit.formats.layerskip_file import (
     LayerSkipCancelledError,
     LayerSkipError,
     LayerSkipInfo,
+    read_layer_skip_info,
+    write_layer_skip_model,
+)
+from gambit.models.layerskip import (
+    MIN_DRAFT_SAVING,
     LayerSkipResult,
     draft_path_for,
     ensure_layer_skip_draft,
-    read_layer_skip_info,
     search_layer_skip,
-    write_layer_skip_model,
 )
 from gambit.models.library import ModelLibrary
 

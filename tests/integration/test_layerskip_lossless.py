@@ -25,7 +25,7 @@ from gambit.engine.decoder import FixedGamma, GenerationConfig, SpeculativeDecod
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
 from gambit.engine.runtime import ModelRuntime
 from gambit.engine.sampling import SamplingParams
-from gambit.models.layerskip import read_layer_skip_info, write_layer_skip_model
+from gambit.formats.layerskip_file import read_layer_skip_info, write_layer_skip_model
 
 SKIPPED = (12, 18, 24)
 

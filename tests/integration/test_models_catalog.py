@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 from gambit.errors import GambitError
+from gambit.formats.gguf_info import inspect_model
 from gambit.models.catalog import CatalogFile, CatalogPair, download, find_pair, load_catalog
 from gambit.models.checksum import ChecksumError
-from gambit.models.info import inspect_model
 from gambit.models.library import ModelLibrary
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -16,16 +16,16 @@ import pytest
 from gambit.engine.drafters.draft_model import check_compatible
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import GambitError
+from gambit.formats.gguf_file import read_header
+from gambit.formats.gguf_info import inspect_model
+from gambit.fsutil import check_disk_space
 from gambit.models.derive import (
     DeriveCancelledError,
-    check_disk_space,
     derive_draft,
     derived_name,
     estimate_output_size,
     measure_acceptance,
 )
-from gambit.models.gguf_file import read_header
-from gambit.models.info import inspect_model
 from gambit.models.library import ModelLibrary
 from gambit.models.pairing import pair_report
 

@@ -27,7 +27,7 @@ import pytest
 from gambit.engine.drafters.draft_model import check_compatible
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import IncompatibleDraftError
-from gambit.models.info import VOCAB_TYPES, inspect_model
+from gambit.formats.gguf_info import VOCAB_TYPES, inspect_model
 from gambit.models.memory import (
     MIB,
     available_memory,

@@ -22,7 +22,7 @@ from gambit.errors import (
     NotGGUFError,
     TruncatedModelError,
 )
-from gambit.models.info import inspect_model
+from gambit.formats.gguf_info import inspect_model
 from gambit.models.library import ModelLibrary
 from gguf_fixtures import write_small_model
 

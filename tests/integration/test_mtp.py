@@ -10,8 +10,8 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from gambit.models import mtp
-from gambit.models.mtp import mtp_availability
+from gambit.formats import mtp
+from gambit.formats.mtp import mtp_availability
 
 
 def _header_with_heads(path: Path, n_heads: int) -> Path:

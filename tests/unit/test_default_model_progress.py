@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gambit.models.default_model import NO_COUNTS, describe_progress
+from gambit.fsutil import NO_COUNTS
+from gambit.models.default_model import describe_progress
 
 
 def test_stages_with_byte_counts_show_a_percentage() -> None:

@@ -16,8 +16,8 @@ import pytest
 
 from gambit.engine.runtime import ModelRuntime
 from gambit.errors import DamagedModelError, ModelFileError, TruncatedModelError
-from gambit.models.gguf_file import check_model_file
-from gambit.models.info import inspect_model
+from gambit.formats.gguf_file import check_model_file
+from gambit.formats.gguf_info import inspect_model
 from gguf_fixtures import (
     ARRAY,
     BASE_KVS,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gambit.models.scratch import owner_gone, remove_stale, scratch_dir
+from gambit.fsutil import owner_gone, remove_stale, scratch_dir
 from gambit.stop_signals import StopSignals
 
 PREFIX = "gambit-test-"

@@ -29,7 +29,7 @@ import numpy.typing as npt
 from gambit.engine.kernels import EXACT, LLAMA_DEFAULT, KernelConfig
 from gambit.engine.limits import threads_problem
 from gambit.errors import ContextOverflowError, DecodeAbortedError, DecodeError, ModelLoadError
-from gambit.models.gguf_file import check_model_file
+from gambit.formats.gguf_file import check_model_file
 
 log = logging.getLogger("gambit.llama")
 

@@ -33,12 +33,12 @@ from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.errors import ModelFileError
 
 if TYPE_CHECKING:
-    from gambit.models.layerskip import LayerSkipInfo
+    from gambit.formats.layerskip_file import LayerSkipInfo
 
 log = logging.getLogger(__name__)
 
 # "layerskip": self-speculation, the draft being the target with some of its
-# blocks left out (a GGUF written by gambit.models.layerskip).
+# blocks left out (a GGUF written by gambit.formats.layerskip_file).
 DrafterKind = Literal["none", "draft", "lookup", "layerskip"]
 TREE_DRAFTERS: tuple[DrafterKind, ...] = ("draft", "lookup", "layerskip")
 TREE_NODES_MIN, TREE_NODES_MAX = 2, 16
@@ -145,7 +145,7 @@ class Engine:
                 check_compatible(self.target, self.draft_runtime)
                 drafter = DraftModelDrafter(self.draft_runtime)
                 if config.drafter == "layerskip":
-                    from gambit.models.layerskip import read_layer_skip_info
+                    from gambit.formats.layerskip_file import read_layer_skip_info
 
                     self.layer_skip = read_layer_skip_info(config.draft)
                     if self.layer_skip is None:

@@ -1,1 +1,4 @@
-"""Model files: GGUF inspection and checks, pair compatibility, the default model."""
+"""The model library: pairing, derive, catalog, layer-skip search, the default model.
+
+File formats (GGUF headers, layer-skip files) are one layer down, in
+``gambit.formats``."""

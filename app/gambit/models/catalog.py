@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gambit.errors import GambitError
+from gambit.formats.gguf_file import check_model_file
+from gambit.fsutil import Progress, check_disk_space
 from gambit.models.checksum import is_sha256, verify_sha256
-from gambit.models.default_model import Progress
-from gambit.models.derive import check_disk_space
-from gambit.models.gguf_file import check_model_file
 from gambit.models.library import ModelLibrary
 
 log = logging.getLogger(__name__)

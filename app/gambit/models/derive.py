@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,9 +31,9 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatib
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads, ensure_backend
 from gambit.engine.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
+from gambit.formats.gguf_file import GGUFHeader, check_model_file
+from gambit.fsutil import Progress, check_disk_space
 from gambit.models.child_process import child_env, exit_with_parent, module_command
-from gambit.models.default_model import Progress
-from gambit.models.gguf_file import GGUFHeader, check_model_file
 from gambit.models.library import ModelLibrary
 
 # Names users know -> llama_ftype
@@ -153,20 +152,6 @@ def estimate_tensor_bytes(header: GGUFHeader, ftype: str) -> dict[str, int]:
             n = int(n * _MIX_FACTOR.get(ftype, 1.0))
         sizes[t.name] = n
     return sizes
-
-
-def check_disk_space(folder: Path, needed: int, what: str = "the new model") -> None:
-    """Raise ``GambitError`` unless ``folder``'s file system has ``needed`` bytes free."""
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    free = shutil.disk_usage(probe).free
-    if free < needed:
-        raise GambitError(
-            f"not enough disk space for {what}: it needs about {needed / 1e6:,.0f} MB, "
-            f"and {free / 1e6:,.0f} MB are free in {probe}. Free some space or choose "
-            "another destination."
-        )
 
 
 def derived_name(target: Path, ftype: str) -> str:

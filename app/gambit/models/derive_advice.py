@@ -30,9 +30,9 @@ from pathlib import Path
 
 from gambit.engine.controller import CostModel
 from gambit.engine.kernels import KernelProbe
+from gambit.formats.gguf_file import check_model_file
+from gambit.formats.gguf_info import quantization_name
 from gambit.models.derive import estimate_output_size, estimate_tensor_bytes
-from gambit.models.gguf_file import check_model_file
-from gambit.models.info import quantization_name
 from gambit.models.layerskip import expected_speedup
 from gambit.models.memory import MIB, MIN_DRAFT_SAVING, bytes_read_per_token
 

@@ -32,12 +32,8 @@ from gambit.engine.chat import ChatPromptBuilder, Message
 from gambit.engine.controller import CostModel, GammaController, calibrate
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import GambitError, ModelFileError
-from gambit.models.default_model import Progress
-from gambit.models.gguf_file import check_model_file
-from gambit.models.layerskip_file import (
-    KEY_SKIPPED,
-    KEY_SOURCE,
-    KEY_SOURCE_BLOCKS,
+from gambit.formats.gguf_file import check_model_file
+from gambit.formats.layerskip_file import (
     Cancel,
     LayerSkipCancelledError,
     LayerSkipError,
@@ -47,27 +43,18 @@ from gambit.models.layerskip_file import (
     read_layer_skip_info,
     write_layer_skip_model,
 )
+from gambit.fsutil import Progress, scratch_dir
 from gambit.models.library import ModelLibrary
-from gambit.models.scratch import scratch_dir
 from gambit.storage.files import write_atomic
 
 __all__ = [
-    "KEY_SKIPPED",
-    "KEY_SOURCE",
-    "KEY_SOURCE_BLOCKS",
-    "Cancel",
-    "LayerSkipCancelledError",
     "LayerSkipCandidate",
-    "LayerSkipError",
-    "LayerSkipInfo",
     "LayerSkipPlan",
     "LayerSkipResult",
     "draft_path_for",
     "ensure_layer_skip_draft",
     "expected_speedup",
-    "read_layer_skip_info",
     "search_layer_skip",
-    "write_layer_skip_model",
 ]
 
 log = logging.getLogger(__name__)

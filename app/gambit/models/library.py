@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from gambit.errors import GambitError, ModelFileError, ModelNotFoundError, NotAFileError
-from gambit.models.default_model import Progress
-from gambit.models.gguf_file import check_model_file
-from gambit.models.info import ModelInfo, inspect_model
+from gambit.formats.gguf_file import check_model_file
+from gambit.formats.gguf_info import ModelInfo, inspect_model
+from gambit.fsutil import Progress
 from gambit.models.pairing import compatible_drafts
 from gambit.storage import paths
 from gambit.storage.files import make_private_dirs, set_aside, write_atomic

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gambit.models.info import ModelInfo
+from gambit.formats.gguf_info import ModelInfo
 
 # psutil ships no type hints; imported this way, mypy needs no stubs package.
 psutil: Any = importlib.import_module("psutil")

@@ -23,8 +23,8 @@ from gambit.engine.drafters.draft_model import (
     VOCAB_CHECK_START_TOKEN_ID,
     VOCAB_MAX_SIZE_DIFFERENCE,
 )
-from gambit.models.gguf_file import read_header
-from gambit.models.info import ModelInfo
+from gambit.formats.gguf_file import read_header
+from gambit.formats.gguf_info import ModelInfo
 from gambit.models.memory import MIB, MIN_DRAFT_SAVING, bytes_read_per_token
 
 TOKENS_KEY = "tokenizer.ggml.tokens"

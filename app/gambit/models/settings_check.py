@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gambit.errors import ModelFileError
-from gambit.models.gguf_file import check_model_file
+from gambit.formats.gguf_file import check_model_file
 from gambit.storage.settings import LABELS, Settings
 
 

@@ -64,18 +64,14 @@ from PySide6.QtWidgets import (
 from gambit.engine.runtime import RuntimeOptions, default_threads
 from gambit.engine.session import DrafterKind
 from gambit.errors import GambitError
+from gambit.formats.gguf_info import ModelInfo, inspect_model
+from gambit.fsutil import Progress
 from gambit.models.catalog import CatalogPair, Which, load_catalog
 from gambit.models.catalog import download as download_pair
-from gambit.models.default_model import (
-    DEFAULT_MODEL_FILE,
-    DEFAULT_MODEL_NAME,
-    Progress,
-    bundled_model_path,
-)
+from gambit.models.default_model import DEFAULT_MODEL_FILE, DEFAULT_MODEL_NAME, bundled_model_path
 from gambit.models.derive import DeriveCancelledError, derive_draft, derived_name
 from gambit.models.derive import measure_acceptance as measure_draft
 from gambit.models.derive_advice import CostCurve, DeriveAdvice, advise, cached_curve
-from gambit.models.info import ModelInfo, inspect_model
 from gambit.models.library import LibraryEntry, ModelLibrary
 from gambit.models.memory import (
     KVType,

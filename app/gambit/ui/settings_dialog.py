@@ -38,8 +38,8 @@ from PySide6.QtWidgets import (
 
 from gambit.engine.limits import THREADS_MAX
 from gambit.engine.session import TREE_DRAFTERS, TREE_NODES_MAX, TREE_NODES_MIN, DrafterKind
+from gambit.formats.mtp import MtpAvailability, mtp_availability, without_heads
 from gambit.models.default_model import DEFAULT_MODEL_FILE, DEFAULT_MODEL_NAME, bundled_model_path
-from gambit.models.mtp import MtpAvailability, mtp_availability, without_heads
 from gambit.models.settings_check import model_file_problems
 from gambit.storage.paths import models_dir
 from gambit.storage.settings import (

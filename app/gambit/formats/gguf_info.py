@@ -14,7 +14,7 @@ from typing import Any, get_type_hints
 import llama_cpp as ll
 from gguf.constants import GGMLQuantizationType
 
-from gambit.models.gguf_file import GGUFHeader, check_model_file, read_header
+from gambit.formats.gguf_file import GGUFHeader, check_model_file, read_header
 
 # tokenizer.ggml.model -> the name of llama.cpp's vocabulary type (llama-vocab.cpp)
 VOCAB_TYPES: dict[str, str] = {

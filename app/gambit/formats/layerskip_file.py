@@ -30,10 +30,8 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from gambit.errors import GambitError, NotGGUFError, OperationCancelledError
-from gambit.models.default_model import Progress
-from gambit.models.derive import check_disk_space
-from gambit.models.gguf_file import TensorInfo, check_model_file, read_header
-from gambit.models.scratch import remove_stale
+from gambit.formats.gguf_file import TensorInfo, check_model_file, read_header
+from gambit.fsutil import Progress, check_disk_space, remove_stale
 
 log = logging.getLogger(__name__)
 

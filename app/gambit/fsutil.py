@@ -1,10 +1,16 @@
-"""Scratch files of long jobs, which a killed process cannot leave behind for good.
+"""File-system helpers of long file jobs, below every layer that uses them.
 
-A job that writes large temporary files (the layer-skip search copies the
-target once per candidate) names them with its process id. Ctrl-C and SIGTERM
-stop the job, and its ``finally`` blocks remove them at once; SIGKILL cannot
-be caught, so the next job of the same kind removes whatever a process that
-no longer exists left behind. Files of a running process are never touched.
+Deriving a draft, writing a layer-skip file and downloading a model all report
+``Progress``, check the free space first (``check_disk_space``) and may leave
+scratch files behind. They live here, not in ``models/``, so that
+``gambit.formats`` (which writes layer-skip files) imports nothing above it.
+
+Scratch files, which a killed process cannot leave behind for good: a job that
+writes large temporary files (the layer-skip search copies the target once per
+candidate) names them with its process id. Ctrl-C and SIGTERM stop the job, and
+its ``finally`` blocks remove them at once; SIGKILL cannot be caught, so the
+next job of the same kind removes whatever a process that no longer exists left
+behind. Files of a running process are never touched.
 """
 
 from __future__ import annotations
@@ -15,13 +21,35 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from gambit.errors import GambitError
 
 log = logging.getLogger(__name__)
 
 # psutil ships no type hints; imported this way, mypy needs no stubs package.
 psutil: Any = importlib.import_module("psutil")
+
+# (stage, bytes done, bytes total); a total of NO_COUNTS: the stage runs, with no
+# byte counts to report.
+Progress = Callable[[str, int, int], None]
+NO_COUNTS = -1
+
+
+def check_disk_space(folder: Path, needed: int, what: str = "the new model") -> None:
+    """Raise ``GambitError`` unless ``folder``'s file system has ``needed`` bytes free."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed:
+        raise GambitError(
+            f"not enough disk space for {what}: it needs about {needed / 1e6:,.0f} MB, "
+            f"and {free / 1e6:,.0f} MB are free in {probe}. Free some space or choose "
+            "another destination."
+        )
 
 
 def owner_gone(pid: int) -> bool:

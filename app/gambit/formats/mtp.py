@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gambit.errors import GambitError
-from gambit.models.gguf_file import check_model_file
+from gambit.formats.gguf_file import check_model_file
 
 # What a Python binding must expose before MTP heads can draft.
 MTP_BINDING_API = (
