@@ -31,7 +31,7 @@ from typing import Any, cast
 from gambit.errors import GambitError
 from gambit.storage import paths
 from gambit.storage.files import make_private_dirs, touch_private
-from gambit.storage.models import ConversationSummary, Role, StoredMessage
+from gambit.storage.rows import ConversationSummary, Role, StoredMessage
 
 log = logging.getLogger(__name__)
 

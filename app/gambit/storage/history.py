@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gambit.engine.chat import Message
-from gambit.storage.models import StoredMessage
+from gambit.storage.rows import StoredMessage
 
 
 def prompt_messages(stored: Sequence[StoredMessage], system_prompt: str = "") -> list[Message]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from gambit.engine.chat import Message
 from gambit.errors import GambitError
 from gambit.storage.history import prompt_messages
-from gambit.storage.models import StoredMessage
+from gambit.storage.rows import StoredMessage
 
 DEFAULT_LAST_TURNS = 20
 

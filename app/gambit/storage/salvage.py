@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gambit.storage.conversations import ROLES
-from gambit.storage.models import ConversationSummary, StoredMessage
+from gambit.storage.rows import ConversationSummary, StoredMessage
 
 log = logging.getLogger(__name__)
 
