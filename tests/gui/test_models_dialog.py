@@ -42,7 +42,6 @@ from gambit.ui.models_dialog import (
 )
 from gguf_fixtures import CHANGED_TEXT, CHANGED_TOKEN
 
-SCREENSHOT = Path("/tmp/models_dialog.png")
 TASK_TIMEOUT_MS = 60_000
 
 MakeDialog = Callable[..., ModelsDialog]
@@ -441,10 +440,16 @@ def test_screenshot(
     _select(qtbot, dialog, smol_q8_0)
     _click(qtbot, dialog, "deriveButton")
     qtbot.wait(50)
-    assert dialog.grab().save(str(SCREENSHOT))
+    shots = [tmp_path / "models_dialog.png", tmp_path / "models_dialog_catalog.png"]
+    assert dialog.grab().save(str(shots[0]))
     dialog.tabs.setCurrentIndex(1)
     qtbot.wait(50)
-    assert dialog.grab().save(str(SCREENSHOT.with_name("models_dialog_catalog.png")))
+    assert dialog.grab().save(str(shots[1]))
+    out = os.environ.get("GAMBIT_SCREENSHOT_DIR")
+    if out:  # for docs/; the test itself writes only under tmp_path
+        Path(out).mkdir(parents=True, exist_ok=True)
+        for shot in shots:
+            shutil.copy(shot, Path(out) / shot.name)
 
 
 def test_self_speculation_is_kept_and_named(make_dialog: MakeDialog) -> None:
