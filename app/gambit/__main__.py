@@ -1,3 +1,3 @@
-from gambit.cli import main
+from gambit.cli.main import main
 
 raise SystemExit(main())

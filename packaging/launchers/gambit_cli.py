@@ -11,6 +11,6 @@ if __name__ == "__main__":
         from gambit.ui.app import main as app_main
 
         raise SystemExit(app_main())
-    from gambit.cli import main
+    from gambit.cli.main import main
 
     raise SystemExit(main())

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QMessageBox
 from pytestqt.qtbot import QtBot
 
-from gambit.cli import summary_line
+from gambit.cli.main import summary_line
 from gambit.engine.metrics import NO_FIGURE, format_rate, format_speedup
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore

@@ -18,6 +18,7 @@ import pytest
 from gambit.models.default_model import DEFAULT_MODEL_FILE, bundled_model_path, default_model_path
 
 # One thread: the machine's two cores are shared with other jobs.
+SELFTEST = ["-m", "gambit.cli.selftest"]
 FAST = ["--threads", "1", "--tokens", "16"]
 
 
@@ -46,7 +47,7 @@ def _lines(out: str) -> dict[str, str]:
 
 
 def test_selftest_passes_on_the_real_model(smol_q4_1: Path, tmp_path: Path) -> None:
-    proc = _run(["-m", "gambit.selftest", "--target", str(smol_q4_1), *FAST, "--no-qt"], tmp_path)
+    proc = _run([*SELFTEST, "--target", str(smol_q4_1), *FAST, "--no-qt"], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     info = _lines(proc.stdout)
     assert info["result"] == "PASS"
@@ -74,7 +75,7 @@ def test_selftest_passes_on_the_real_model(smol_q4_1: Path, tmp_path: Path) -> N
 
 def test_selftest_with_a_draft_model(smol_q8_0: Path, smol_q4_1: Path, tmp_path: Path) -> None:
     args = ["--target", str(smol_q8_0), "--draft", str(smol_q4_1), *FAST, "--no-qt"]
-    proc = _run(["-m", "gambit.selftest", *args], tmp_path)
+    proc = _run([*SELFTEST, *args], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     info = _lines(proc.stdout)
     assert info["check draft model"] == "identical to target only (16 tokens)"
@@ -98,7 +99,7 @@ def test_app_entry_self_test_needs_no_display(smol_q4_1: Path, tmp_path: Path) -
 
 def test_selftest_fails_with_the_reason(tmp_path: Path) -> None:
     missing = tmp_path / "nope.gguf"
-    proc = _run(["-m", "gambit.selftest", "--target", str(missing), "--no-qt"], tmp_path)
+    proc = _run([*SELFTEST, "--target", str(missing), "--no-qt"], tmp_path)
     assert proc.returncode == 1
     result = _lines(proc.stdout)["result"]
     assert result.startswith("FAIL: ModelNotFoundError")
@@ -231,7 +232,7 @@ def test_selftest_reports_a_damaged_settings_file(smol_q4_1: Path, tmp_path: Pat
     settings = tmp_path / "config" / "settings.json"
     settings.parent.mkdir(parents=True)
     settings.write_text('{"threads": 2, ', encoding="utf-8")  # cut short
-    proc = _run(["-m", "gambit.selftest", "--target", str(smol_q4_1), *FAST, "--no-qt"], tmp_path)
+    proc = _run([*SELFTEST, "--target", str(smol_q4_1), *FAST, "--no-qt"], tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     info = _lines(proc.stdout)
     assert info["settings"].startswith("PROBLEM:") and "set it aside" in info["settings"]

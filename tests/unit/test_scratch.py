@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from gambit.cli.stop_signals import StopSignals
 from gambit.fsutil import owner_gone, remove_stale, scratch_dir
-from gambit.stop_signals import StopSignals
 
 PREFIX = "gambit-test-"
 

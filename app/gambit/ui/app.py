@@ -68,8 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return window_child_main()
     if "--self-test" in args_in:
+        from gambit.cli.selftest import main as selftest_main
         from gambit.logs import install_crash_handler
-        from gambit.selftest import main as selftest_main
 
         install_crash_handler()
         rest = [a for a in args_in if a != "--self-test"]
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.verbose)
     install_crash_handler()
     if args.about:
-        from gambit.selftest import about_main
+        from gambit.cli.selftest import about_main
 
         return about_main()
     return _run_gui(qt_args)

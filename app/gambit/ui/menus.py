@@ -50,7 +50,7 @@ class _AboutFetcher(QObject):
         threading.Thread(target=self._run, name="about-lines", daemon=True).start()
 
     def _run(self) -> None:
-        from gambit.selftest import about_lines
+        from gambit.cli.selftest import about_lines
 
         try:
             lines = about_lines()

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gambit.cli.stop_signals import StopSignals
 from gambit.engine.limits import positive_int_arg, threads_arg
 from gambit.engine.runtime import RuntimeOptions, default_threads
 from gambit.formats.gguf_info import ModelInfo, inspect_model
@@ -36,7 +37,6 @@ from gambit.models.layerskip import (
 from gambit.models.library import LibraryEntry, ModelLibrary
 from gambit.models.memory import MIB, available_memory, check_fits, estimate_memory
 from gambit.models.pairing import pair_report
-from gambit.stop_signals import StopSignals
 from gambit.storage.paths import cache_dir
 
 

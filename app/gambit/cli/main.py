@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gambit import __version__
+from gambit.cli.models import add_models_parser, run_models
+from gambit.cli.stop_signals import StopSignals
 from gambit.engine.chat import Message
 from gambit.engine.controller import PolicyMode
 from gambit.engine.decoder import GenerationConfig
@@ -28,9 +30,7 @@ from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import DrafterKind, Engine, EngineConfig
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.fsutil import NO_COUNTS, Progress
-from gambit.models.commands import add_models_parser, run_models
 from gambit.models.default_model import default_model_path
-from gambit.stop_signals import StopSignals
 from gambit.storage.paths import cache_dir, resources_dir
 
 

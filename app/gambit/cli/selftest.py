@@ -38,7 +38,7 @@ from gambit.storage.paths import cache_dir, log_dir
 if TYPE_CHECKING:
     from gambit.engine.session import DrafterKind
 
-log = logging.getLogger("gambit.selftest")
+log = logging.getLogger(__name__)
 
 # Replies repeat words of the prompt, so prompt lookup gets some drafts accepted
 # and some rejected: both paths of verification run.
@@ -416,7 +416,7 @@ def build_parser(prog: str = "gambit --self-test") -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, *, started_at: float | None = None) -> int:
-    """``python -m gambit.selftest``; ``gambit --self-test`` lands here too."""
+    """``python -m gambit.cli.selftest``; ``gambit --self-test`` lands here too."""
     args = build_parser().parse_args(argv)
     from gambit.logs import setup_logging
 
