@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Drafter, TreeDrafter
-from gambit.engine.runtime import FloatRows, ModelRuntime, common_prefix_length
+from gambit.engine.runtime import FloatRows, common_prefix_length
 from gambit.engine.sampling import Distribution, SamplingParams, process
 from gambit.engine.tree import DraftTree
 from gambit.engine.verify import speculative_sample, verify_tree
@@ -226,16 +226,74 @@ class _TextStream:
         return out
 
 
+class Target(Protocol):
+    """What the round loop needs of the target model. ``ModelRuntime`` is the
+    real one; the unit tests drive the loop with a small numpy model."""
+
+    n_ctx: int
+    n_batch: int
+    n_seq_max: int
+    kv_tokens: list[int]
+    abort: threading.Event | None
+
+    def decode(self, tokens: list[int], *, all_logits: bool = False, n_logits: int = 0) -> int: ...
+
+    def logits_rows(self, n_rows: int) -> FloatRows: ...
+
+    def truncate(self, n_keep: int) -> None: ...
+
+    def decode_tree(
+        self, roots: Sequence[int], tokens: Sequence[int], parents: Sequence[int]
+    ) -> int: ...
+
+    def commit_tree(self, n_main: int) -> None: ...
+
+    def is_eog(self, token: int) -> bool: ...
+
+    def token_piece(self, token: int) -> bytes: ...
+
+
+@dataclass
+class _Verdict:
+    """What verifying one round's draft decided."""
+
+    accepted: list[int]  # draft tokens accepted, in order
+    token: int  # the target's own token after them
+    outcomes: tuple[bool, ...]
+    n_drafted: int
+    n_side: int = 0
+    main_outcomes: tuple[bool, ...] | None = None
+
+
+@dataclass
+class _Reply:
+    """The state of one generation between rounds."""
+
+    context: list[int]  # committed tokens: prompt and reply so far
+    stream: _TextStream
+    t_start: float
+    sampling: SamplingParams
+    rng: np.random.Generator  # target sampling and verification
+    rng_draft: np.random.Generator  # the drafter's own proposals
+    n_generated: int = 0
+    index: int = 0
+
+
 class SpeculativeDecoder:
-    """Runs generations on a target runtime with an optional drafter.
+    """Runs generations on a target with an optional drafter.
 
     ``context`` holds the committed tokens of the last generation (prompt and
     reply), so a caller can continue a conversation from them.
+
+    A round is five steps: plan (γ and side nodes, within what the context and
+    the reply have room for), draft, verify (a chain or a tree), commit (cut
+    the target's cache back to what was accepted) and stop (end of text, max
+    tokens, stop strings).
     """
 
     def __init__(
         self,
-        target: ModelRuntime,
+        target: Target,
         drafter: Drafter | None = None,
         policy: GammaPolicy | None = None,
     ) -> None:
@@ -254,30 +312,90 @@ class SpeculativeDecoder:
         cancel: threading.Event | None = None,
     ) -> Iterator[Round]:
         t_start = time.perf_counter()
-        target = self.target
         self.context = []
         if not prompt:
             raise ValueError("the prompt is empty")
-        if len(prompt) >= target.n_ctx:
+        if len(prompt) >= self.target.n_ctx:
             raise ContextOverflowError(
-                f"the prompt is {len(prompt):,} tokens but the context holds {target.n_ctx:,}: "
-                "shorten it or raise the context size"
+                f"the prompt is {len(prompt):,} tokens but the context holds "
+                f"{self.target.n_ctx:,}: shorten it or raise the context size"
             )
         sampling = config.sampling
         seed = sampling.seed if sampling.seed is not None else secrets.randbits(64)
-        rng = np.random.default_rng([seed, 0])  # target sampling and verification
-        rng_dft = np.random.default_rng([seed, 1])  # the drafter's own proposals
-
-        # Prefill: the cache holds all of the prompt but its last token.
-        keep = min(
-            len(prompt) - 1,
-            common_prefix_length(target.kv_tokens, prompt),
+        reply = _Reply(
+            list(prompt),
+            _TextStream(config.stop_strings),
+            t_start,
+            sampling,
+            rng=np.random.default_rng([seed, 0]),
+            rng_draft=np.random.default_rng([seed, 1]),
         )
+        try:
+            ready = self._prefill(prompt, cancel)
+        except DecodeAbortedError:
+            yield self._final(reply, StopReason.CANCELLED)
+            return
+        self.policy.start_reply(len(prompt), ready)
+        self.last_prefill_s = time.perf_counter() - t_start
+        self.context = reply.context
+        # Trees need a drafter that drafts them and a target with a KV
+        # sequence per leaf; decided once, not every round.
+        target = self.target
+        trees = target.n_seq_max > 1 and isinstance(self.drafter, TreeDrafter)
+        while True:
+            if cancel is not None and cancel.is_set():
+                yield self._final(reply, StopReason.CANCELLED)
+                return
+            pending = reply.context[len(target.kv_tokens) :]  # committed, not yet cached
+            room = target.n_ctx - len(target.kv_tokens) - len(pending)  # slots for drafts
+            if room < 0:
+                yield self._final(reply, StopReason.CONTEXT_FULL)
+                return
+            gamma, n_side = self._plan(reply, config.max_tokens, room, len(pending), trees)
+            t0 = time.perf_counter()
+            draft, tree = self._draft(reply, gamma, n_side)
+            t1 = time.perf_counter()
+            if tree is None:
+                verdict = self._verify_chain(reply, pending, draft, gamma)
+            else:
+                verdict = self._verify_tree(reply, pending, tree)
+            t2 = time.perf_counter()
+            new, text, stop = self._commit(reply, verdict, config.max_tokens)
+            rnd = Round(
+                index=reply.index,
+                tokens=tuple(new),
+                text=text,
+                gamma=gamma,
+                n_drafted=verdict.n_drafted,
+                n_accepted=len(verdict.accepted),
+                outcomes=verdict.outcomes,
+                t_draft_s=t1 - t0,
+                t_verify_s=t2 - t1,
+                elapsed_s=time.perf_counter() - t_start,
+                stop=stop,
+                n_draft_synced=draft.n_synced,
+                n_side=verdict.n_side,
+                main_outcomes=verdict.main_outcomes,
+                n_catch_up=len(pending) - 1,
+            )
+            self.policy.observe(rnd)
+            yield rnd
+            if stop is not None:
+                return
+            reply.index += 1
+
+    # -- the steps of a generation
+    def _prefill(self, prompt: list[int], cancel: threading.Event | None) -> bool:
+        """Put all of the prompt but its last token in the target's cache
+        (reusing what it already holds); returns whether the drafter read the
+        prompt too. Stop / Ctrl-C / closing stop a long prompt midway
+        (llama.cpp's abort callback): DecodeAbortedError."""
+        target = self.target
+        keep = min(len(prompt) - 1, common_prefix_length(target.kv_tokens, prompt))
         target.truncate(keep)
-        # Stop / Ctrl-C / closing stop a long prompt midway (llama.cpp's abort callback).
-        runtimes = [target, *[r for r in [getattr(self.drafter, "runtime", None)] if r]]
-        for rt in runtimes:
-            rt.abort = cancel
+        target.abort = cancel
+        if self.drafter is not None:
+            self.drafter.set_abort(cancel)
         try:
             target.decode(prompt[keep:-1])
             # Prompt processing includes the drafter's, when it is about to draft:
@@ -288,138 +406,117 @@ class SpeculativeDecoder:
             if ready:
                 assert self.drafter is not None
                 self.drafter.prepare(prompt)
-        except DecodeAbortedError:
-            yield self._final(0, _TextStream(config.stop_strings), StopReason.CANCELLED, t_start)
-            return
+            return ready
         finally:
-            for rt in runtimes:
-                rt.abort = None
-        self.policy.start_reply(len(prompt), ready)
-        self.last_prefill_s = time.perf_counter() - t_start
-        context = list(prompt)
-        self.context = context
-        stream = _TextStream(config.stop_strings)
-        n_generated = 0
-        index = 0
-        # Trees need a drafter that drafts them and a target with a KV
-        # sequence per leaf; decided once, not every round.
-        tree_drafter = (
-            self.drafter if target.n_seq_max > 1 and isinstance(self.drafter, TreeDrafter) else None
+            target.abort = None
+            if self.drafter is not None:
+                self.drafter.set_abort(None)
+
+    def _plan(
+        self, reply: _Reply, max_tokens: int, room: int, n_pending: int, trees: bool
+    ) -> tuple[int, int]:
+        """This round's γ and side nodes: the policy's, within the tokens the
+        reply may still have, the context's free slots and the batch."""
+        if self.drafter is None or not self.speculation_enabled:
+            return 0, 0
+        hint = self.drafter.hint(reply.context)
+        if hint is None:  # nothing to propose: a plain round
+            return 0, 0
+        remaining = max_tokens - reply.n_generated
+        gamma = max(0, min(self.policy.next_gamma(hint), remaining - 1, room))
+        if gamma == 0 or not trees:
+            return gamma, 0
+        n_side = min(
+            self.policy.next_side_nodes(),
+            self.target.n_seq_max - 1,  # one KV sequence per leaf
+            room - gamma,
+            self.target.n_batch - n_pending - gamma,
+        )
+        return gamma, max(0, n_side)
+
+    def _draft(self, reply: _Reply, gamma: int, n_side: int) -> tuple[Draft, DraftTree | None]:
+        """The drafter's proposal: a chain, or a tree when side nodes were planned
+        (None for the tree when it came back without side nodes)."""
+        drafter = self.drafter
+        if drafter is None or gamma <= 0:
+            return EMPTY_DRAFT, None
+        if n_side > 0:
+            assert isinstance(drafter, TreeDrafter)
+            tree = drafter.draft_tree(reply.context, gamma, n_side, reply.sampling, reply.rng_draft)
+            draft = Draft(tree.tokens, list(tree.q) if tree.q else None, tree.n_synced)
+            # Nothing to branch on: verify it as the chain it is.
+            return draft, (tree if tree.n_side else None)
+        return drafter.draft(reply.context, gamma, reply.sampling, reply.rng_draft), None
+
+    def _verify_chain(
+        self, reply: _Reply, pending: list[int], draft: Draft, gamma: int
+    ) -> _Verdict:
+        """One batch of [pending, x_1..x_γ]: p_1..p_{γ+1}, rejection sampling,
+        and the cache cut back to the committed tokens and the accepted drafts."""
+        target, context, x = self.target, reply.context, list(draft.tokens[:gamma])
+        n_rows = target.decode([*pending, *x], n_logits=len(x) + 1)
+        p_i = _TargetRows(target.logits_rows(n_rows), reply.sampling, context, x)
+        verdict = speculative_sample(x, draft.q, p_i, reply.rng)
+        target.truncate(len(context) + verdict.n_accepted)
+        return _Verdict(x[: verdict.n_accepted], verdict.token, verdict.outcomes, len(x))
+
+    def _verify_tree(self, reply: _Reply, pending: list[int], tree: DraftTree) -> _Verdict:
+        """One batch of [pending, every tree node]; the cache keeps the accepted
+        part of the main chain (an accepted side branch is re-decoded next round)."""
+        target = self.target
+        n_rows = target.decode_tree(pending, tree.tokens, tree.parents)
+        p_at = _TreeRows(target.logits_rows(n_rows), reply.sampling, reply.context, tree)
+        verdict = verify_tree(tree, p_at, reply.rng)
+        path = verdict.path
+        n_main = next((i for i, node in enumerate(path) if node != i), len(path))
+        target.commit_tree(n_main)
+        return _Verdict(
+            [tree.tokens[i] for i in path],
+            verdict.token,
+            verdict.outcomes,
+            len(tree.tokens),
+            n_side=tree.n_side,
+            main_outcomes=verdict.main_outcomes,
         )
 
-        while True:
-            stop: StopReason | None = None
-            if cancel is not None and cancel.is_set():
-                yield self._final(index, stream, StopReason.CANCELLED, t_start)
-                return
-            pending = context[len(target.kv_tokens) :]  # committed, not yet in the cache
-            room = target.n_ctx - len(target.kv_tokens) - len(pending)  # slots left for drafts
-            if room < 0:
-                yield self._final(index, stream, StopReason.CONTEXT_FULL, t_start)
-                return
-            remaining = config.max_tokens - n_generated
-            gamma = 0
-            if self.drafter is not None and self.speculation_enabled:
-                hint = self.drafter.hint(context)
-                if hint is not None:
-                    gamma = max(0, min(self.policy.next_gamma(hint), remaining - 1, room))
-
-            n_side = 0
-            if gamma > 0 and tree_drafter is not None:
-                n_side = max(0, min(
-                    self.policy.next_side_nodes(),
-                    target.n_seq_max - 1,  # one KV sequence per leaf
-                    room - gamma,
-                    target.n_batch - len(pending) - gamma,
-                ))  # fmt: skip
-
-            t0 = time.perf_counter()
-            tree: DraftTree | None = None
-            if n_side > 0:
-                assert tree_drafter is not None
-                tree = tree_drafter.draft_tree(context, gamma, n_side, sampling, rng_dft)
-                draft = Draft(tree.tokens, list(tree.q) if tree.q else None, tree.n_synced)
-                if tree.n_side == 0:
-                    tree = None  # nothing to branch on: verify it as the chain it is
-            elif gamma > 0 and self.drafter is not None:
-                draft = self.drafter.draft(context, gamma, sampling, rng_dft)
-            else:
-                draft = EMPTY_DRAFT
-            t1 = time.perf_counter()
-            main_outcomes: tuple[bool, ...] | None = None
-            if tree is None:
-                x = list(draft.tokens[:gamma])
-                n_rows = target.decode([*pending, *x], n_logits=len(x) + 1)
-                p_i = _TargetRows(target.logits_rows(n_rows), sampling, context, x)
-                verdict = speculative_sample(x, draft.q, p_i, rng)
-                target.truncate(len(context) + verdict.n_accepted)
-                accepted, token, outcomes = x[: verdict.n_accepted], verdict.token, verdict.outcomes
-            else:
-                x = list(tree.tokens)
-                n_rows = target.decode_tree(pending, tree.tokens, tree.parents)
-                p_at = _TreeRows(target.logits_rows(n_rows), sampling, context, tree)
-                tree_verdict = verify_tree(tree, p_at, rng)
-                path = tree_verdict.path
-                n_main = next((i for i, node in enumerate(path) if node != i), len(path))
-                target.commit_tree(n_main)
-                accepted = [tree.tokens[i] for i in tree_verdict.path]
-                token, outcomes = tree_verdict.token, tree_verdict.outcomes
-                main_outcomes = tree_verdict.main_outcomes
-            t2 = time.perf_counter()
-
-            new = [*accepted, token]
-            for j, tok in enumerate(new):
-                if target.is_eog(tok):
-                    new = new[: j + 1]
-                    stop = StopReason.EOG
-                    break
-            if len(new) >= remaining:
-                new = new[:remaining]
-                stop = stop or StopReason.MAX_TOKENS
-            context.extend(new)
-            n_generated += len(new)
-
-            data = b"".join(target.token_piece(t) for t in new)
-            text, hit = stream.feed(data)
-            if hit:
-                stop = StopReason.STOP_STRING
-            if stop is not None:
-                text += stream.finish() if not hit else ""
-            rnd = Round(
-                index=index,
-                tokens=tuple(new),
-                text=text,
-                gamma=gamma,
-                n_drafted=len(x),
-                n_accepted=len(accepted),
-                outcomes=outcomes,
-                t_draft_s=t1 - t0,
-                t_verify_s=t2 - t1,
-                elapsed_s=time.perf_counter() - t_start,
-                stop=stop,
-                n_draft_synced=draft.n_synced,
-                n_side=tree.n_side if tree is not None else 0,
-                main_outcomes=main_outcomes,
-                n_catch_up=len(pending) - 1,
-            )
-            self.policy.observe(rnd)
-            yield rnd
-            if stop is not None:
-                return
-            index += 1
+    def _commit(
+        self, reply: _Reply, verdict: _Verdict, max_tokens: int
+    ) -> tuple[list[int], str, StopReason | None]:
+        """Commit the round's tokens up to the first stop (end of text, max
+        tokens, a stop string); returns them, the text they made visible, and
+        the stop."""
+        stop: StopReason | None = None
+        new = [*verdict.accepted, verdict.token]
+        for j, tok in enumerate(new):
+            if self.target.is_eog(tok):
+                new = new[: j + 1]
+                stop = StopReason.EOG
+                break
+        remaining = max_tokens - reply.n_generated
+        if len(new) >= remaining:
+            new = new[:remaining]
+            stop = stop or StopReason.MAX_TOKENS
+        reply.context.extend(new)
+        reply.n_generated += len(new)
+        text, hit = reply.stream.feed(b"".join(self.target.token_piece(t) for t in new))
+        if hit:
+            stop = StopReason.STOP_STRING
+        if stop is not None and not hit:
+            text += reply.stream.finish()
+        return new, text, stop
 
     @staticmethod
-    def _final(index: int, stream: _TextStream, stop: StopReason, t_start: float) -> Round:
+    def _final(reply: _Reply, stop: StopReason) -> Round:
         return Round(
-            index=index,
+            index=reply.index,
             tokens=(),
-            text=stream.finish(),
+            text=reply.stream.finish(),
             gamma=0,
             n_drafted=0,
             n_accepted=0,
             outcomes=(),
             t_draft_s=0.0,
             t_verify_s=0.0,
-            elapsed_s=time.perf_counter() - t_start,
+            elapsed_s=time.perf_counter() - reply.t_start,
             stop=stop,
         )

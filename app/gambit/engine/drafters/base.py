@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -57,6 +58,11 @@ class Drafter(Protocol):
     def prepare(self, context: list[int]) -> None:
         """Catch up on ``context`` now, during prompt processing, so that the
         first round drafts at once (a draft model decodes the prompt here)."""
+        ...
+
+    def set_abort(self, event: threading.Event | None) -> None:
+        """While ``event`` is set, a long decode of the drafter's stops midway
+        (DecodeAbortedError); None: never. A drafter without a model ignores it."""
         ...
 
     def close(self) -> None: ...

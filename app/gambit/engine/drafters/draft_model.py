@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -239,6 +240,9 @@ class DraftModelDrafter:
 
     def hint(self, context: list[int]) -> int | None:
         return 0  # its confidence is only known by drafting (a decode)
+
+    def set_abort(self, event: threading.Event | None) -> None:
+        self.runtime.abort = event
 
     def prepare(self, context: list[int]) -> None:
         if context:

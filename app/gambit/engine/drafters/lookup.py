@@ -10,6 +10,7 @@ too, merged into a trie below the main chain (the latest, longest match).
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 
 import numpy as np
@@ -164,6 +165,9 @@ class PromptLookupDrafter:
 
     def prepare(self, context: list[int]) -> None:
         self._extend(context)  # indexing the prompt is free next to a decode
+
+    def set_abort(self, event: threading.Event | None) -> None:
+        pass  # no decode to stop
 
     def close(self) -> None:
         pass
