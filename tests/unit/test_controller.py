@@ -76,8 +76,16 @@ def test_costly_verification_switches_off_even_with_good_drafts() -> None:
     # The measured CPU case: a 5-token batch costs ~2.8x one token, and the
     # draft model's step costs 60 % of a target token.
     ctrl = with_alpha(GammaController(costs(slope=0.45, t_draft=0.006)), 0.9)
-    ctrl.observe(plain_round(0.010))
-    assert ctrl.next_gamma() == 0
+    # The first reply re-measures the batch costs with one probe (the load-time
+    # calibration may have been disturbed) ...
+    probe = ctrl.next_gamma()
+    assert probe == ctrl.probe_gamma
+    ctrl.observe(spec_round(probe, probe, 0.006 * probe, 0.010 * (1 + 0.45 * probe)))
+    # ... which confirms them: off, and no more probes for PROBE_MAX tokens.
+    for _ in range(GammaController.PROBE_MAX - 10):
+        assert ctrl.next_gamma() == 0
+        ctrl.observe(plain_round(0.010))
+    assert ctrl.decision.reason.startswith("off: cannot pay here")
     assert ctrl.decision.best_speedup < 1.0
 
 

@@ -42,6 +42,14 @@ def probe(accepted: bool) -> Round:
     )  # fmt: skip
 
 
+def ctrl_round(ctrl: GammaController, t2_ratio: float, draft_ratio: float) -> Round:
+    """A round of γ = 1 whose draft was rejected, at the given costs."""
+    return Round(
+        index=0, tokens=(7,), text="", gamma=1, n_drafted=1, n_accepted=0,
+        outcomes=(False,), t_draft_s=draft_ratio * T1, t_verify_s=t2_ratio * T1, elapsed_s=0.0,
+    )  # fmt: skip
+
+
 def off_after_a_probe(alpha: float) -> GammaController:
     """A controller that just probed and stayed off, then holds acceptance ``alpha``."""
     ctrl = controller(0.3)
@@ -91,8 +99,16 @@ def test_probing_says_why() -> None:
 @pytest.mark.parametrize(
     ("t2_ratio", "draft_ratio", "outcome"),
     [
-        (2.0, 0.4, "would reach only 0.83x"),  # 2 tokens / (2.0 + 0.4) steps
-        (1.75, 0.0, "would gain only 14 %, too little to risk probing"),  # 2 / 1.75
+        (
+            2.0,
+            0.4,
+            "cannot pay here: even if every draft were accepted, γ=1 would reach only 0.83x",
+        ),
+        (
+            1.75,
+            0.0,
+            "little to gain here: even if every draft were accepted, γ=1 would gain only 14 %",
+        ),
     ],
 )
 def test_cannot_pay_says_what_costs_too_much(
@@ -100,12 +116,14 @@ def test_cannot_pay_says_what_costs_too_much(
 ) -> None:
     ctrl = controller(0.9, t2_ratio=t2_ratio, draft_ratio=draft_ratio)
     ctrl.on = False
+    ctrl.next_gamma()  # the first reply's probe re-measures the costs
+    ctrl.observe(ctrl_round(ctrl, t2_ratio, draft_ratio))
     assert ctrl.next_gamma() == 0
     costs = f"verifying 2 tokens costs {t2_ratio:.2f} plain steps"
     if draft_ratio:
         costs += f" and each draft step {draft_ratio:.2f}"
     assert ctrl.decision.reason == (
-        f"off: cannot pay here: even if every draft were accepted, γ=1 {outcome} ({costs})"
+        f"off: {outcome} ({costs}); measured again every {GammaController.PROBE_MAX:,} tokens"
     )
 
 

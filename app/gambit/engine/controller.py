@@ -355,12 +355,18 @@ class GammaController:
 
     def _probe_due(self, catch_up: int = 0) -> bool:
         """Whether a probe now keeps probing within its budget."""
-        if self.ceiling_speedup() <= self.PROBE_CEILING:
-            return False
         since = self._tokens_since_probe
+        budget = self.PROBE_BUDGET * since * self.costs.verify_cost(1)
+        if self.ceiling_speedup() <= self.PROBE_CEILING:
+            # Nothing could pay, by the costs as measured; but batch costs
+            # measured while nothing drafts are the load-time calibration's,
+            # and one noisy calibration must not rule speculation out for
+            # good (measured: F32 + draft calibrated at t5/t1 2.07 instead of
+            # 1.6, and left at 1.02x where fixed γ=8 made 1.22x). So a probe
+            # re-measures them every PROBE_MAX tokens, within the budget.
+            return since >= self.PROBE_MAX and self.probe_cost(catch_up) <= budget
         if since >= self.PROBE_MAX:
             return True
-        budget = self.PROBE_BUDGET * since * self.costs.verify_cost(1)
         return since >= self.PROBE_BASE and self.probe_cost(catch_up) <= budget
 
     def next_side_nodes(self) -> int:
@@ -376,17 +382,8 @@ class GammaController:
         untried = not state.acceptance.seen.any()
         if self.mode != "adaptive" or (self.on and not untried):
             return self.decision.gamma
-        if self.ceiling_speedup() <= self.PROBE_CEILING:
-            # Even drafts that are always accepted would not pay on this
-            # hardware (verification batches or the drafter cost too much):
-            # probing could only lose.
-            g = self.decision
-            self.decision = Decision(
-                0, 1.0, g.best_speedup,
-                self._cannot_pay_reason(),
-            )  # fmt: skip
-            return 0
-        if untried or self._probe_due(self._behind):
+        cannot_pay = self.ceiling_speedup() <= self.PROBE_CEILING
+        if (untried and not cannot_pay) or self._probe_due(self._behind):
             self._probing = True
             probe = self.probe_gamma
             d = self.decision
@@ -395,6 +392,11 @@ class GammaController:
                 self._probe_reason(probe),
             )  # fmt: skip
             return probe
+        if cannot_pay:
+            # Even drafts that are always accepted would not pay on this
+            # hardware (verification batches or the drafter cost too much).
+            g = self.decision
+            self.decision = Decision(0, 1.0, g.best_speedup, self._cannot_pay_reason())
         return 0
 
     def observe(self, rnd: Round) -> None:
@@ -511,17 +513,21 @@ class GammaController:
         )
 
     def _cannot_pay_reason(self) -> str:
-        """Why even drafts that always land would not pay: the batch and draft costs."""
+        """Why even drafts that always land would (hardly) pay: the batch and
+        draft costs, and when they are measured again."""
         ceiling, g, c = self.ceiling_speedup(), self.probe_gamma, self.costs
         batch = c.verify_cost(g + 1) / c.verify_cost(1)
         why = f"verifying {g + 1} tokens costs {batch:.2f} plain steps"
         if c.draft_ratio > 0:
             why += f" and each draft step {c.draft_ratio:.2f}"
         if ceiling < self.OFF_BELOW:
-            best = f"would reach only {ceiling:.2f}x"
+            head, best = "cannot pay here", f"would reach only {ceiling:.2f}x"
         else:
-            best = f"would gain only {self._percent(ceiling)}, too little to risk probing"
-        return f"off: cannot pay here: even if every draft were accepted, γ={g} {best} ({why})"
+            head, best = "little to gain here", f"would gain only {self._percent(ceiling)}"
+        return (
+            f"off: {head}: even if every draft were accepted, γ={g} {best} ({why}); "
+            f"measured again every {self.PROBE_MAX:,} tokens"
+        )
 
 
 def calibrate(
