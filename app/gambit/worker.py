@@ -29,16 +29,11 @@ from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError, OperationCancelledError
-from gambit.ui import qt_compat
 
 if TYPE_CHECKING:
     from gambit.measure_history import MeasureRequest
 
 log = logging.getLogger(__name__)
-
-# PySide6 6.12.0 loses a reference to True on every emit(): repair it before
-# the first one (a no-op on a binding without the bug).
-qt_compat.install()
 
 
 @dataclass(frozen=True)

@@ -6,3 +6,8 @@ import os
 
 # Must happen before anything imports Qt.
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
+
+from gambit.qt import compat
+
+# As the app does at start-up (gambit.ui.app): before any test emits a signal.
+compat.install()

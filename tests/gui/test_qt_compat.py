@@ -1,8 +1,9 @@
 """Signals keep Python's reference counts right, whichever PySide6 is installed.
 
 PySide6 6.12.0's emit() and disconnect() each lose a reference to True; a few
-thousand emits later the interpreter aborts ("bool_dealloc"). qt_compat
-repairs that, and the worker installs it on import.
+thousand emits later the interpreter aborts ("bool_dealloc"). gambit.qt.compat
+repairs that; the app installs it at start-up, the GUI tests' conftest before
+any test runs.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ import sys
 
 from PySide6.QtCore import QObject, Signal
 
-import gambit.worker  # noqa: F401  (installs qt_compat, as the app does)
+from gambit.qt import compat
+
+
+def setup_module() -> None:
+    compat.install()  # as the app's start-up does (the conftest did already: a no-op)
 
 
 class _Emitter(QObject):

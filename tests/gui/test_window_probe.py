@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gambit.ui import window_probe
-from gambit.ui.window_probe import check_window, missing_libraries, packages_for, platform_in_use
+from gambit.qt import window_probe
+from gambit.qt.window_probe import check_window, missing_libraries, packages_for, platform_in_use
 
 
 def _env(**changes: str) -> dict[str, str]:

@@ -216,7 +216,7 @@ def _qt_check() -> tuple[str, str | None]:
     desc = f"PySide6 {PySide6.__version__}, QtWidgets + QtCharts ok, platforms: {', '.join(names)}"
     if not names:
         return desc, f"no Qt platform plugins in {plugins}"
-    from gambit.ui.window_probe import check_window
+    from gambit.qt.window_probe import check_window
 
     window = check_window()
     desc += f"; {window.detail}"

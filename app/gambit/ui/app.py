@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_in[:1] and args_in[0] in BUNDLE_FLAGS:  # a bundle starts itself as pip / derive
         return run_bundled(args_in[0], args_in[1:])
     if args_in[:1] == ["--gambit-window-probe"]:  # the self-test's window check, in a bundle
-        from gambit.ui.window_probe import child_main as window_child_main
+        from gambit.qt.window_probe import child_main as window_child_main
 
         return window_child_main()
     if "--self-test" in args_in:
@@ -108,11 +108,15 @@ def _run_gui(qt_args: list[str]) -> int:
     from PySide6.QtWidgets import QApplication
 
     from gambit.logs import set_crash_notifier
+    from gambit.qt import compat
     from gambit.storage.conversations import default_store_path
     from gambit.storage.recovery import open_history
     from gambit.storage.settings import SettingsStore
     from gambit.ui.main_window import MainWindow
 
+    # PySide6 6.12.0 loses a reference to True on every emit(): repair it before
+    # the first one, which the worker makes (a no-op on a binding without the bug).
+    compat.install()
     app = QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("Gambit")
     app.setApplicationDisplayName("Gambit")

@@ -69,7 +69,7 @@ def child_command() -> list[str]:
     """The command that runs ``child_main`` (a frozen bundle starts itself)."""
     if getattr(sys, "frozen", False):
         return [sys.executable, CHILD_FLAG]
-    return [sys.executable, "-I", "-m", "gambit.ui.window_probe"]
+    return [sys.executable, "-I", "-m", "gambit.qt.window_probe"]
 
 
 def child_main() -> int:
