@@ -9,6 +9,7 @@ from gambit.engine.kernels import (
     KernelConfig,
     KernelVerdict,
     ProbeResult,
+    implied_kernels,
 )
 
 REPACK_Q8 = KernelConfig(repack=True, kv_type="q8_0")
@@ -69,3 +70,9 @@ def test_choice_names_what_it_gives_up_and_what_was_refused() -> None:
         "batch-invariant: greedy output as plain decoding"
         in KernelChoice(EXACT, "exact", v).describe()
     )
+
+
+def test_the_exact_setting_implies_the_kernels_and_their_kv_cache_type() -> None:
+    # The one rule the runtime loads with and the models dialog estimates memory by.
+    assert implied_kernels(True) == EXACT and implied_kernels(True).kv_type == "q8_0"
+    assert implied_kernels(False) == LLAMA_DEFAULT and implied_kernels(False).kv_type == "f16"

@@ -78,6 +78,15 @@ class KernelConfig:
 EXACT = KernelConfig(repack=False, kv_type="q8_0")
 # What llama.cpp does by default.
 LLAMA_DEFAULT = KernelConfig(repack=True, kv_type="f16")
+
+
+def implied_kernels(exact: bool) -> KernelConfig:
+    """The kernels a model runs on when no probe chose them: EXACT when exact
+    (batch-invariant) kernels are asked for, else llama.cpp's own. The one
+    place that says which KV-cache type the "exact kernels" setting implies."""
+    return EXACT if exact else LLAMA_DEFAULT
+
+
 CANDIDATES: tuple[KernelConfig, ...] = (
     EXACT,
     KernelConfig(repack=True, kv_type="q8_0"),

@@ -26,7 +26,7 @@ import llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
 
-from gambit.engine.kernels import EXACT, LLAMA_DEFAULT, KernelConfig
+from gambit.engine.kernels import KernelConfig, implied_kernels
 from gambit.engine.limits import threads_problem
 from gambit.errors import ContextOverflowError, DecodeAbortedError, DecodeError, ModelLoadError
 from gambit.formats.gguf_file import check_model_file
@@ -196,7 +196,7 @@ class ModelRuntime:
         opts = self.options
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = opts.n_gpu_layers
-        self.kernels = opts.kernels or (EXACT if opts.strict_batch_invariance else LLAMA_DEFAULT)
+        self.kernels = opts.kernels or implied_kernels(opts.strict_batch_invariance)
         mparams.use_extra_bufts = self.kernels.repack
         self._model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:

@@ -40,8 +40,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from gambit.engine.kernels import KVType
 from gambit.formats.gguf_info import ModelInfo
 
 # psutil ships no type hints; imported this way, mypy needs no stubs package.
@@ -49,7 +50,6 @@ psutil: Any = importlib.import_module("psutil")
 
 log = logging.getLogger(__name__)
 
-KVType = Literal["q8_0", "f16"]
 KV_BYTES_PER_ELEMENT: dict[str, float] = {"q8_0": 34 / 32, "f16": 2.0}
 CTX_PAD = 256  # llama.cpp rounds the context up to this
 LOGIT_ROWS = 16  # logits rows Gambit reads in one decode (a verification batch)

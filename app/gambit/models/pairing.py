@@ -16,7 +16,8 @@ pre-tokenizer differs, which llama.cpp allows).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from gambit.engine.drafters.draft_model import (
@@ -146,3 +147,30 @@ def compatible_drafts(target: ModelInfo, candidates: Iterable[ModelInfo]) -> lis
             found.append(cand)
     found.sort(key=lambda m: (m.file_size, str(m.path)))
     return found
+
+
+def estimate_pair(
+    selected: ModelInfo,
+    chosen_draft: ModelInfo | None,
+    chosen_target: Callable[[], ModelInfo | None],
+) -> tuple[ModelInfo, ModelInfo | None]:
+    """The (target, draft) a memory estimate for ``selected`` counts.
+
+    The selection runs as the target, with the chosen draft when it shares the
+    selection's tokenizer fingerprint (a cheap check: no token lists read).
+    When the selection *is* the chosen draft, the chosen target runs it
+    (``chosen_target`` is read only then: it may be a file not yet fetched,
+    None, and the selection is estimated alone).
+    """
+    if chosen_draft is None:
+        return selected, None
+    if _same_path(chosen_draft, selected):
+        target = chosen_target() or selected
+        return (target, None) if _same_path(target, selected) else (target, selected)
+    if chosen_draft.tokenizer_digest == selected.tokenizer_digest:
+        return selected, chosen_draft
+    return selected, None
+
+
+def _same_path(a: ModelInfo, b: ModelInfo) -> bool:
+    return os.path.realpath(a.path) == os.path.realpath(b.path)
