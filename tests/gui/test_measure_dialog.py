@@ -9,6 +9,7 @@ conversations stay byte-identical; the window stays responsive.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import time
@@ -232,6 +233,8 @@ def test_measure_shows_results_and_applies_the_recommendation(
     lines = (tmp_path / "m.csv").read_text(encoding="utf-8").splitlines()
     assert lines[0].startswith("started,target,draft") and "speedup" in lines[0]
     assert len(lines) == 1 + 5 * len(report["suites"])  # a row per suite x mode
+    dialog.export(tmp_path / "m.json", "json")
+    assert json.loads((tmp_path / "m.json").read_text(encoding="utf-8")) == report
     assert fingerprint(db) == before  # the conversations were only read
 
 

@@ -184,3 +184,25 @@ def test_cli_from_history_without_history_says_so(tmp_path: Path, smol_q8_0: Pat
     assert proc.returncode == 2
     assert proc.stderr.startswith("gambit-cli: error: There is no chat history"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_trees_are_measured_when_the_target_is_loaded_for_them(
+    tmp_path: Path, smol_q8_0: Path
+) -> None:
+    turns = read_turns(make_history(tmp_path / "t.sqlite3"), last=1)
+    config = EngineConfig(
+        target=smol_q8_0, drafter="lookup", target_options=OPTIONS, tree=True, tree_nodes=4,
+        kernel_cache=cache_dir(),
+    )  # fmt: skip
+    with_trees = Engine(config)
+    try:
+        configs, notes = plan(with_trees, ["lookup"], ["adaptive"], trees=True)
+        assert [c.name for c in configs] == ["lookup adaptive", "tree lookup adaptive"]
+        assert notes == []
+        report = run_measurement(with_trees, turns, configs, max_tokens=8)
+    finally:
+        with_trees.close()
+    assert list(report["suites"]["ALL"]) == ["target-only", *(c.name for c in configs)]
+    assert report["tree_nodes"] == 4
+    tree = next(m for m in report["modes"] if m["tree"])
+    assert (tree["label"], tree["policy"]) == ("prompt lookup tree, adaptive", "adaptive")
