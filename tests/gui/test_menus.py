@@ -16,7 +16,7 @@ from gambit import __version__
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
 from gambit.ui.main_window import MainWindow
-from gambit.ui.models_dialog import ModelsDialog
+from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings_dialog import SettingsDialog
 
 MENUS = {

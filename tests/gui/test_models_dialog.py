@@ -27,7 +27,7 @@ from pytestqt.qtbot import QtBot
 from gambit.formats.gguf_info import inspect_model
 from gambit.models.library import ModelLibrary
 from gambit.storage.settings import Settings
-from gambit.ui.models_dialog import (
+from gambit.ui.models_dialog.dialog import (
     COL_ARCH,
     COL_CONTEXT,
     COL_NAME,
