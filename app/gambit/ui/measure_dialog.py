@@ -118,6 +118,30 @@ class MeasureDialog(QDialog):
         left = QWidget()
         col = QVBoxLayout(left)
         col.setContentsMargins(0, 0, 6, 0)
+        col.addWidget(self._build_chats(), 2)
+        col.addWidget(self._build_compare())
+        self._build_run(col)
+        col.addWidget(self._build_earlier(), 2)
+        splitter.addWidget(left)
+
+        from gambit.ui.measure_results import MeasureResults
+
+        self.results = MeasureResults()
+        splitter.addWidget(self.results)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([340, 840])
+
+        self.start_button.clicked.connect(self.start)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.results.apply_requested.connect(self.apply_recommendation)
+        self.earlier.currentItemChanged.connect(self._on_earlier_selected)
+        self.export_json_button.clicked.connect(lambda: self._ask_export("json"))
+        self.export_csv_button.clicked.connect(lambda: self._ask_export("csv"))
+        self.conversations.itemChanged.connect(lambda _item: self._update_buttons())
+        for box in (*self.drafter_boxes.values(), self.trees_box, *self.policy_boxes.values()):
+            box.toggled.connect(lambda _on: self._update_buttons())
+
+    def _build_chats(self) -> QGroupBox:
         self.chats_group = chats = QGroupBox("Conversations")
         chats_col = QVBoxLayout(chats)
         self.conversations = QListWidget()
@@ -135,8 +159,9 @@ class MeasureDialog(QDialog):
         row.addStretch(1)
         chats_col.addWidget(self.conversations)
         chats_col.addLayout(row)
-        col.addWidget(chats, 2)
+        return chats
 
+    def _build_compare(self) -> QGroupBox:
         self.compare_group = compare = QGroupBox("Compare")
         grid = QHBoxLayout(compare)
         drafters_col = QVBoxLayout()
@@ -163,8 +188,10 @@ class MeasureDialog(QDialog):
         policies_col.addStretch(1)
         grid.addLayout(drafters_col)
         grid.addLayout(policies_col)
-        col.addWidget(compare)
+        return compare
 
+    def _build_run(self, col: QVBoxLayout) -> None:
+        """Reply length, Measure and Cancel, the progress bar, status and time left."""
         length = QHBoxLayout()
         length.addWidget(QLabel("Reply length:"))
         self.max_tokens = QSpinBox()
@@ -200,6 +227,7 @@ class MeasureDialog(QDialog):
         col.addWidget(self.status)
         col.addWidget(self.eta)
 
+    def _build_earlier(self) -> QGroupBox:
         earlier = QGroupBox("Earlier measurements")
         earlier_col = QVBoxLayout(earlier)
         self.earlier = QListWidget()
@@ -216,25 +244,7 @@ class MeasureDialog(QDialog):
         exports.addStretch(1)
         earlier_col.addWidget(self.earlier)
         earlier_col.addLayout(exports)
-        col.addWidget(earlier, 2)
-        splitter.addWidget(left)
-
-        from gambit.ui.measure_results import MeasureResults
-
-        self.results = MeasureResults()
-        splitter.addWidget(self.results)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([340, 840])
-
-        self.start_button.clicked.connect(self.start)
-        self.cancel_button.clicked.connect(self.cancel)
-        self.results.apply_requested.connect(self.apply_recommendation)
-        self.earlier.currentItemChanged.connect(self._on_earlier_selected)
-        self.export_json_button.clicked.connect(lambda: self._ask_export("json"))
-        self.export_csv_button.clicked.connect(lambda: self._ask_export("csv"))
-        self.conversations.itemChanged.connect(lambda _item: self._update_buttons())
-        for box in (*self.drafter_boxes.values(), self.trees_box, *self.policy_boxes.values()):
-            box.toggled.connect(lambda _on: self._update_buttons())
+        return earlier
 
     # ----------------------------------------------------------------- choices
     def refresh_choices(self) -> None:
