@@ -27,7 +27,8 @@ from pytestqt.qtbot import QtBot
 from gambit.formats.gguf_info import inspect_model
 from gambit.models.library import ModelLibrary
 from gambit.storage.settings import Settings
-from gambit.ui.models_dialog.dialog import (
+from gambit.ui.models_dialog.dialog import ModelsDialog
+from gambit.ui.models_dialog.library_page import (
     COL_ARCH,
     COL_CONTEXT,
     COL_NAME,
@@ -37,9 +38,8 @@ from gambit.ui.models_dialog.dialog import (
     COL_SIZE,
     COL_TEMPLATE,
     COL_VOCAB,
-    ModelsDialog,
-    format_bytes,
 )
+from gambit.ui.models_dialog.text import format_bytes
 from gguf_fixtures import CHANGED_TEXT, CHANGED_TOKEN
 
 TASK_TIMEOUT_MS = 60_000
