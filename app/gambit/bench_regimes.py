@@ -48,14 +48,16 @@ import numpy as np
 from gambit.bench import TARGET_ONLY, BenchPrompt, ModeTotals, load_prompts, run_once
 from gambit.engine.controller import CostModel, GammaController, calibrate
 from gambit.engine.decoder import GenerationConfig, Round
+from gambit.engine.drafters.registry import DrafterKind, spec
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
-from gambit.engine.session import DrafterKind, Engine, EngineConfig
+from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError
 
 FIXED_GAMMAS = (1, 2, 4, 8)
 GAMMA_MAX = 8
 TARGET_TYPES = ("F16", "F32", "Q8_0")
+# The order the report lists them in (every kind of the registry but "none").
 DRAFTERS: tuple[DrafterKind, ...] = ("draft", "lookup", "layerskip")
 # t(5)/t(1) below this: a batch of five costs little more than one token.
 BANDWIDTH_BOUND_BELOW = 1.3
@@ -198,9 +200,12 @@ def run_pair(
     args: RegimeArgs, target: Path, drafter: DrafterKind, log: Log
 ) -> tuple[dict[str, Cell], CostModel, str]:
     """Every prompt under every mode for one target and drafter."""
-    draft = {"draft": args.source, "lookup": None}.get(drafter) or (
-        _layer_skip_draft(target, args, log) if drafter == "layerskip" else None
-    )
+    source = spec(drafter).file
+    draft = (
+        args.source if source == "chosen"
+        else _layer_skip_draft(target, args, log) if source == "derived"
+        else None
+    )  # fmt: skip
     engine = Engine(
         EngineConfig(
             target=target,
@@ -217,7 +222,7 @@ def run_pair(
         costs = calibrate(
             engine.target, engine.draft_runtime, GAMMA_MAX + 1, context=CALIBRATION_CONTEXT
         )
-        if drafter == "lookup":
+        if spec(drafter).free:
             costs.t_draft = 0.0
         controllers: dict[str, GammaController | None] = {TARGET_ONLY: None}
         controllers["adaptive"] = engine.new_controller("adaptive")

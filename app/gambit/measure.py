@@ -38,11 +38,11 @@ from gambit.engine.decoder import (
     StopReason,
 )
 from gambit.engine.drafters.base import Drafter
-from gambit.engine.drafters.lookup import PromptLookupDrafter
+from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, BuildInput, DrafterKind, spec
 from gambit.engine.metrics import GenerationStats, speedup
 from gambit.engine.runtime import default_threads
 from gambit.engine.sampling import SamplingParams
-from gambit.engine.session import DrafterKind, Engine
+from gambit.engine.session import Engine
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.errors import ContextOverflowError, GambitError
 from gambit.measure_report import recommend, regime_sentence, turn_kind
@@ -53,11 +53,8 @@ DEFAULT_MAX_TOKENS = 96
 DEFAULT_SEED = 1234
 DEFAULT_POLICIES = ("adaptive", "fixed=4")
 POLICY_CHOICES = ("adaptive", "fixed=2", "fixed=4", "fixed=8")
-DRAFTER_LABELS: dict[str, str] = {
-    "lookup": "prompt lookup",
-    "draft": "draft model",
-    "layerskip": "layer skip",
-}
+# The drafters' names in sentences ("prompt lookup"), from the registry.
+DRAFTER_LABELS: dict[str, str] = {kind: DRAFTERS[kind].short for kind in DRAFTING}
 
 
 @dataclass(frozen=True)
@@ -124,10 +121,10 @@ class MeasurementCancelledError(GambitError):
 
 
 def available_drafters(engine: Engine) -> tuple[DrafterKind, ...]:
-    """The drafters the loaded models allow: prompt lookup always (it needs no
-    model), and the draft model or layer-skip draft when one is loaded."""
-    kinds: list[DrafterKind] = ["lookup"]
-    if engine.config.drafter in ("draft", "layerskip") and engine.draft_runtime is not None:
+    """The drafters the loaded models allow: those that need no model (prompt
+    lookup) always, and the draft model or layer-skip draft when one is loaded."""
+    kinds: list[DrafterKind] = [k for k in DRAFTING if not DRAFTERS[k].loads_model]
+    if spec(engine.config.drafter).loads_model and engine.draft_runtime is not None:
         kinds.append(engine.config.drafter)
     return tuple(kinds)
 
@@ -194,11 +191,14 @@ class _Replayer:
             return SpeculativeDecoder(engine.target, None, FixedGamma(0))
         drafter: Drafter | None
         own = costs.copy()
-        if config.drafter == "lookup":
-            drafter = PromptLookupDrafter(ngram_max=engine.config.lookup_ngram_max)
-            own.t_draft = 0.0  # a dictionary look-up: free next to a decode
+        kind = spec(config.drafter)
+        if not kind.loads_model:  # a fresh one (prompt lookup), not the engine's
+            given = BuildInput(engine.target, None, None, engine.config.lookup_ngram_max)
+            drafter = kind.build(given).drafter
         else:
             drafter = engine.drafter
+        if kind.free:
+            own.t_draft = 0.0  # (prompt lookup: a dictionary look-up next to a decode)
         side_max = engine.config.tree_nodes - 1 if config.tree else 0
         policy: GammaPolicy = GammaController(
             own,
@@ -360,7 +360,7 @@ def _warm_up(
     prompt = replayer.prompt([Message("user", "Hello")], 4)
     warm = GenerationConfig(max_tokens=4, sampling=sampling)
     replayer.run(replayer.decoder(None, costs), prompt, warm)
-    model = next((c for c in configs if c.drafter != "lookup"), None)
+    model = next((c for c in configs if spec(c.drafter).loads_model), None)
     if model is not None:  # the draft model's first decodes too
         drafting = dataclasses.replace(model, policy="fixed=1", tree=False)
         replayer.run(replayer.decoder(drafting, costs), prompt, warm)

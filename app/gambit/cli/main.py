@@ -16,6 +16,7 @@ from gambit.cli.stop_signals import StopSignals
 from gambit.engine.chat import Message
 from gambit.engine.controller import PolicyMode
 from gambit.engine.decoder import GenerationConfig
+from gambit.engine.drafters.registry import DRAFTERS, DrafterSpec
 from gambit.engine.limits import THREADS_MAX, positive_int_arg, threads_arg
 from gambit.engine.metrics import (
     NO_FIGURE,
@@ -27,7 +28,7 @@ from gambit.engine.metrics import (
 )
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
-from gambit.engine.session import DrafterKind, Engine, EngineConfig
+from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.fsutil import NO_COUNTS, Progress
 from gambit.models.default_model import default_model_path
@@ -42,14 +43,13 @@ def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -
         help="target GGUF model (default: the embedded SmolLM2-135M-Instruct)",
     )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--draft", type=Path, help="draft GGUF model with the target's tokenizer")
-    g.add_argument("--lookup", action="store_true", help="draft by prompt lookup (n-gram match)")
-    g.add_argument(
-        "--layer-skip",
-        action="store_true",
-        help="self-speculation: the target drafts for itself with some of its blocks "
-        "skipped (found by a search on first use, then cached)",
-    )
+    for drafter in DRAFTERS.values():  # one flag per drafter kind, in the registry's order
+        if drafter.cli_flag is None:
+            continue
+        if drafter.file == "chosen":
+            g.add_argument(drafter.cli_flag, type=Path, help=drafter.cli_help)
+        else:
+            g.add_argument(drafter.cli_flag, action="store_true", help=drafter.cli_help)
     p.add_argument(
         "--tree",
         action="store_true",
@@ -202,24 +202,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def chosen_drafter(args: argparse.Namespace) -> DrafterSpec:
+    """The drafter whose flag was given (the flags exclude each other); none without."""
+    for drafter in DRAFTERS.values():
+        if drafter.cli_dest is not None and getattr(args, drafter.cli_dest, None):
+            return drafter
+    return DRAFTERS["none"]
+
+
 def _engine_config(args: argparse.Namespace, cancel: threading.Event | None = None) -> EngineConfig:
     target = args.target
     if target is None:
         target = default_model_path(progress=_stderr_progress())
-    drafter: DrafterKind = (
-        "draft" if args.draft
-        else "lookup" if args.lookup
-        else "layerskip" if args.layer_skip
-        else "none"
-    )  # fmt: skip
+    drafter = chosen_drafter(args)
     options = RuntimeOptions(
         n_ctx=args.ctx,
         n_threads=args.threads,
         n_gpu_layers=args.gpu_layers,
         strict_batch_invariance=not args.fast_kernels,
     )
-    draft = args.draft
-    if args.layer_skip:
+    draft = args.draft if drafter.file == "chosen" else None
+    if drafter.file == "derived":
         from gambit.models.layerskip import ensure_layer_skip_draft
 
         result = ensure_layer_skip_draft(
@@ -232,7 +235,7 @@ def _engine_config(args: argparse.Namespace, cancel: threading.Event | None = No
     policy: PolicyMode = args.policy if args.command == "generate" else "adaptive"
     return EngineConfig(
         target=target,
-        drafter=drafter,
+        drafter=drafter.kind,
         draft=draft,
         tree=args.tree,
         tree_nodes=args.tree_nodes,

@@ -20,8 +20,12 @@ from gambit.engine.chat import ChatPromptBuilder, Message
 from gambit.engine.controller import CostModel, GammaController, PolicyMode, calibrate
 from gambit.engine.decoder import GenerationConfig, Round, SpeculativeDecoder, StopReason
 from gambit.engine.drafters.base import Drafter
-from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
-from gambit.engine.drafters.lookup import PromptLookupDrafter
+from gambit.engine.drafters.registry import (
+    TREE_DRAFTERS,
+    BuildInput,
+    DrafterKind,
+    spec,
+)
 from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe
 from gambit.engine.runtime import (
     ModelRuntime,
@@ -37,10 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# "layerskip": self-speculation, the draft being the target with some of its
-# blocks left out (a GGUF written by gambit.formats.layerskip_file).
-DrafterKind = Literal["none", "draft", "lookup", "layerskip"]
-TREE_DRAFTERS: tuple[DrafterKind, ...] = ("draft", "lookup", "layerskip")
+# The drafter kinds are declared in gambit.engine.drafters.registry (DrafterKind
+# and TREE_DRAFTERS are imported from here too).
+__all__ = ["TREE_DRAFTERS", "DrafterKind", "Engine", "EngineConfig"]
 TREE_NODES_MIN, TREE_NODES_MAX = 2, 16
 # Plain steps timed to re-measure the baseline after a reply (their median), and
 # the step time from which one is enough.
@@ -53,7 +56,7 @@ BASELINE_CATCH_UP_MAX = 64  # tokens decoded first, at most
 class EngineConfig:
     target: Path
     drafter: DrafterKind = "none"
-    draft: Path | None = None  # with drafter="draft" or "layerskip"
+    draft: Path | None = None  # with a drafter that loads a model (spec(drafter).loads_model)
     target_options: RuntimeOptions = field(default_factory=RuntimeOptions)
     draft_options: RuntimeOptions | None = None  # default: the target's
     policy: PolicyMode = "adaptive"
@@ -71,8 +74,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         # (drafter="layerskip" may leave it to be found or derived at load:
         # gambit.models.layerskip.ensure_layer_skip_draft)
-        if self.drafter == "draft" and self.draft is None:
-            raise ValueError("a draft model path is needed for drafter='draft'")
+        if spec(self.drafter).file == "chosen" and self.draft is None:
+            raise ValueError(f"a draft model path is needed for drafter={self.drafter!r}")
         if not TREE_NODES_MIN <= self.tree_nodes <= TREE_NODES_MAX:
             raise ValueError(f"tree_nodes must be between {TREE_NODES_MIN} and {TREE_NODES_MAX}")
         if not 0 <= self.gamma <= self.gamma_max:
@@ -125,38 +128,14 @@ class Engine:
         self.draft_runtime: ModelRuntime | None = None
         self.layer_skip: LayerSkipInfo | None = None
         drafter: Drafter | None = None
+        kind = spec(config.drafter)
         try:
-            if config.drafter in ("draft", "layerskip"):
-                if config.draft is None:
-                    raise ModelFileError(
-                        str(config.target),
-                        "no layer-skip draft was derived for this model yet; run "
-                        "`gambit-cli models layerskip` or load it from the app",
-                    )
-                draft_options = dataclasses.replace(
-                    config.draft_options or config.target_options, n_seq_max=1
-                )
-                # The draft's numerics cannot change what the target accepts:
-                # it always runs the fastest kernels that work.
-                draft_options, self.draft_kernels = _choose_kernels(
-                    probe, config.draft, draft_options, self.node_max + 1, wanted="fast"
-                )
-                self.draft_runtime = ModelRuntime(config.draft, draft_options)
-                check_compatible(self.target, self.draft_runtime)
-                drafter = DraftModelDrafter(self.draft_runtime)
-                if config.drafter == "layerskip":
-                    from gambit.formats.layerskip_file import read_layer_skip_info
-
-                    self.layer_skip = read_layer_skip_info(config.draft)
-                    if self.layer_skip is None:
-                        raise ModelFileError(
-                            str(config.draft),
-                            "not a layer-skip draft (it has no gambit.layer_skip "
-                            "metadata); derive one with `gambit-cli models layerskip`",
-                        )
-                    drafter.name = "layer skip"
-            elif config.drafter == "lookup":
-                drafter = PromptLookupDrafter(ngram_max=config.lookup_ngram_max)
+            if kind.loads_model:
+                self.draft_runtime = self._load_draft(probe)
+            built = kind.build(
+                BuildInput(self.target, self.draft_runtime, config.draft, config.lookup_ngram_max)
+            )
+            drafter, self.layer_skip = built.drafter, built.layer_skip
         except BaseException:
             self.close()
             raise
@@ -165,6 +144,25 @@ class Engine:
         self.controller = self.new_controller(config.policy)
         self.decoder = SpeculativeDecoder(self.target, drafter, self.controller)
         self._chat: ChatPromptBuilder | None = None
+
+    def _load_draft(self, probe: KernelProbe) -> ModelRuntime:
+        """The draft model's runtime, for a drafter that loads one."""
+        config = self.config
+        if config.draft is None:  # a derived draft that was not derived (layer skip)
+            raise ModelFileError(
+                str(config.target),
+                "no layer-skip draft was derived for this model yet; run "
+                "`gambit-cli models layerskip` or load it from the app",
+            )
+        draft_options = dataclasses.replace(
+            config.draft_options or config.target_options, n_seq_max=1
+        )
+        # The draft's numerics cannot change what the target accepts:
+        # it always runs the fastest kernels that work.
+        draft_options, self.draft_kernels = _choose_kernels(
+            probe, config.draft, draft_options, self.node_max + 1, wanted="fast"
+        )
+        return ModelRuntime(config.draft, draft_options)
 
     @property
     def tree(self) -> bool:
@@ -203,8 +201,8 @@ class Engine:
     ) -> GammaController:
         """A controller starting from this engine's calibration (and nothing learned)."""
         costs = self.costs.copy()
-        if self.config.drafter == "lookup":
-            costs.t_draft = 0.0  # a dictionary look-up: free next to a decode
+        if spec(self.config.drafter).free:
+            costs.t_draft = 0.0  # (prompt lookup: a dictionary look-up next to a decode)
         tree = self.tree
         side = self.config.fixed_side if fixed_side is None else fixed_side
         return GammaController(

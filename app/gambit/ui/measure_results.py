@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from gambit.bench import TARGET_ONLY
+from gambit.engine.drafters.registry import DRAFTERS, DRAFTING
 from gambit.measure_report import PAYS_FROM
 from gambit.ui import theme
 
@@ -59,7 +60,7 @@ def _named(widget: _W, name: str) -> _W:
     return widget
 
 
-SHORT_DRAFTERS = {"lookup": "lookup", "draft": "draft", "layerskip": "layer skip"}
+SHORT_DRAFTERS = {kind: DRAFTERS[kind].tag for kind in DRAFTING}  # column names
 
 
 def short_label(mode: dict[str, Any]) -> str:

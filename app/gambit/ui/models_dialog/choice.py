@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gambit.engine.session import DrafterKind
+from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
 from gambit.errors import GambitError
 from gambit.formats.gguf_info import ModelInfo
 from gambit.models.default_model import DEFAULT_MODEL_FILE, DEFAULT_MODEL_NAME, bundled_model_path
@@ -68,7 +68,7 @@ class Choice:
         return None
 
     def draft_path(self) -> Path | None:
-        if self.drafter == "draft" and self.draft:
+        if DRAFTERS[self.drafter].file == "chosen" and self.draft:
             return Path(self.draft).expanduser()
         return None
 
@@ -83,12 +83,10 @@ class Choice:
             target_text = f"embedded {DEFAULT_MODEL_NAME}"
         else:
             target_text = f"embedded {DEFAULT_MODEL_NAME} (fetched on first start)"
-        drafter = {
-            "none": "none",
-            "lookup": "prompt lookup",
-            "layerskip": "self-speculation (skip layers)",
-            "draft": f"draft model {html(Path(self.draft).name) if self.draft else '(none)'}",
-        }[self.drafter]
+        kind = DRAFTERS[self.drafter]
+        drafter = kind.label.lower()  # as the settings dialog names it
+        if kind.file == "chosen":
+            drafter += f" {html(Path(self.draft).name) if self.draft else '(none)'}"
         return f"Target: <b>{target_text}</b>&nbsp;&nbsp;·&nbsp;&nbsp;Drafter: <b>{drafter}</b>"
 
     def use_target(self, entry: LibraryEntry, info_for: InfoFor) -> Said:

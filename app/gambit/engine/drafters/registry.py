@@ -1,0 +1,198 @@
+"""Every drafter kind, declared once: what users call it, what it needs, how it is built.
+
+The command line, the settings (validation and dialog), the models dialog,
+the measurements and the benchmarks read these records instead of spelling
+out the kinds themselves. Adding a drafter is its module under
+``engine/drafters/`` plus one entry in ``DRAFTERS`` (and, for ``file="derived"``,
+the code that derives its file, which lives above the engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from gambit.engine.drafters.base import Drafter
+from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
+from gambit.engine.drafters.lookup import PromptLookupDrafter
+from gambit.errors import ModelFileError
+
+if TYPE_CHECKING:
+    from gambit.engine.runtime import ModelRuntime
+    from gambit.formats.layerskip_file import LayerSkipInfo
+
+DrafterKind = Literal["none", "draft", "lookup", "layerskip"]
+# Where a drafter's GGUF comes from: it has none; the user chooses it; or it is
+# derived from the target (found in the cache, or made, before the engine loads).
+FileSource = Literal["none", "chosen", "derived"]
+
+
+@dataclass(frozen=True)
+class BuildInput:
+    """What a drafter is built from: the loaded target, and the loaded draft
+    model for kinds with a file (None otherwise)."""
+
+    target: ModelRuntime
+    draft: ModelRuntime | None
+    draft_path: Path | None
+    lookup_ngram_max: int
+
+
+@dataclass
+class Built:
+    """A built drafter and what describes its shape (the skipped blocks)."""
+
+    drafter: Drafter | None
+    layer_skip: LayerSkipInfo | None = None
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """One drafter kind.
+
+    ``label`` is its name in the settings dialog (the models dialog uses it in
+    lower case); ``short`` the name it has in sentences and reports ("prompt
+    lookup", also ``Drafter.name``); ``tag`` the shortest, for table columns.
+    ``free``: drafting costs nothing next to a target decode, so the γ
+    controller is told so instead of measuring it.
+    """
+
+    kind: DrafterKind
+    label: str
+    short: str
+    tag: str
+    help: str
+    file: FileSource
+    tree: bool
+    free: bool
+    build: Callable[[BuildInput], Built]
+    cli_flag: str | None = None  # --draft PATH for file="chosen", else a switch
+    cli_help: str = ""
+
+    @property
+    def loads_model(self) -> bool:
+        """Whether a draft GGUF is loaded next to the target."""
+        return self.file != "none"
+
+    @property
+    def cli_dest(self) -> str | None:
+        """The argparse attribute of ``cli_flag``."""
+        return self.cli_flag[2:].replace("-", "_") if self.cli_flag else None
+
+
+def _build_none(_: BuildInput) -> Built:
+    return Built(None)
+
+
+def _build_lookup(given: BuildInput) -> Built:
+    return Built(PromptLookupDrafter(ngram_max=given.lookup_ngram_max))
+
+
+def _build_draft(given: BuildInput) -> Built:
+    assert given.draft is not None
+    check_compatible(given.target, given.draft)
+    return Built(DraftModelDrafter(given.draft))
+
+
+def _build_layerskip(given: BuildInput) -> Built:
+    from gambit.formats.layerskip_file import read_layer_skip_info
+
+    assert given.draft is not None and given.draft_path is not None
+    built = _build_draft(given)
+    built.layer_skip = read_layer_skip_info(given.draft_path)
+    if built.layer_skip is None:
+        raise ModelFileError(
+            str(given.draft_path),
+            "not a layer-skip draft (it has no gambit.layer_skip "
+            "metadata); derive one with `gambit-cli models layerskip`",
+        )
+    assert built.drafter is not None
+    built.drafter.name = "layer skip"
+    return built
+
+
+LAYERSKIP_HELP = (
+    "The target drafts for itself with some of its blocks skipped. The first load measures"
+    " which blocks to skip (about a minute); on very small models it rarely pays, and the"
+    " controller then switches it off."
+)
+
+_SPECS = (
+    DrafterSpec(
+        kind="none",
+        label="None",
+        short="target only",
+        tag="none",
+        help="The target model writes every token on its own.",
+        file="none",
+        tree=False,
+        free=False,
+        build=_build_none,
+    ),
+    DrafterSpec(
+        kind="lookup",
+        label="Prompt lookup",
+        short="prompt lookup",
+        tag="lookup",
+        help="Copies ahead from the conversation: free, strong on rewriting and code edits.",
+        file="none",
+        tree=True,
+        free=True,  # a dictionary look-up: free next to a decode
+        build=_build_lookup,
+        cli_flag="--lookup",
+        cli_help="draft by prompt lookup (n-gram match)",
+    ),
+    DrafterSpec(
+        kind="draft",
+        label="Draft model",
+        short="draft model",
+        tag="draft",
+        help="A smaller model with the same tokenizer guesses ahead.",
+        file="chosen",
+        tree=True,
+        free=False,
+        build=_build_draft,
+        cli_flag="--draft",
+        cli_help="draft GGUF model with the target's tokenizer",
+    ),
+    DrafterSpec(
+        kind="layerskip",
+        label="Self-speculation (skip layers)",
+        short="layer skip",
+        tag="layer skip",
+        help=LAYERSKIP_HELP,
+        file="derived",
+        tree=True,
+        free=False,
+        build=_build_layerskip,
+        cli_flag="--layer-skip",
+        cli_help="self-speculation: the target drafts for itself with some of its blocks "
+        "skipped (found by a search on first use, then cached)",
+    ),
+)
+
+# Every kind, in the order the dialogs list them.
+DRAFTERS: dict[DrafterKind, DrafterSpec] = {spec.kind: spec for spec in _SPECS}
+# The kinds that actually draft (what the benchmarks and measurements compare).
+DRAFTING: tuple[DrafterKind, ...] = tuple(k for k in DRAFTERS if k != "none")
+# The drafters that can propose a token tree instead of a chain.
+TREE_DRAFTERS: tuple[DrafterKind, ...] = tuple(k for k, s in DRAFTERS.items() if s.tree)
+
+
+def spec(kind: str) -> DrafterSpec:
+    """The record of ``kind`` (a KeyError names an unknown one)."""
+    return DRAFTERS[kind]  # type: ignore[index]
+
+
+def short_name(kind: str) -> str:
+    """``kind``'s name in sentences; an unknown kind (from an old record) as it is."""
+    found = DRAFTERS.get(kind)  # type: ignore[call-overload]
+    return found.short if found is not None else kind
+
+
+def tag(kind: str) -> str:
+    """``kind``'s name in table columns; an unknown kind as it is."""
+    found = DRAFTERS.get(kind)  # type: ignore[call-overload]
+    return found.tag if found is not None else kind
