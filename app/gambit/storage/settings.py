@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gambit.engine.decoder import GenerationConfig
-from gambit.engine.limits import threads_problem
+from gambit.engine.drafters.registry import DRAFTERS, TREE_DRAFTERS, DrafterKind, FileSource
+from gambit.engine.limits import THREADS_MAX, threads_problem
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import (
-    TREE_DRAFTERS,  # the drafters that can propose a token tree instead of a chain
     TREE_NODES_MAX,
     TREE_NODES_MIN,  # draft tokens per tree round (the verification batch is one more)
-    DrafterKind,
     EngineConfig,
 )
 from gambit.errors import GambitError
@@ -44,39 +43,225 @@ MAX_TOKENS_LIMIT = 32768
 CONTEXT_MIN, CONTEXT_MAX = 256, 131072
 
 
+TREE_HELP = (
+    "Drafts several candidate continuations and verifies them all in one target batch."
+    " Wins when batches are cheap (a GPU); on a CPU the controller measures the cost and"
+    " may keep the tree narrow."
+)
+EXACT_KERNELS_HELP = (
+    "Same tokens with speculation on and off at temperature 0; about 8 % slower decoding"
+)
+_INT_MAX = 2**31 - 1  # a spin box's top
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What one ``Settings`` field is, declared next to its default.
+
+    ``label`` names it in the dialog and in every message about it; ``help``
+    is the line under its widget. ``reloads``: a change needs the models
+    loaded again (the field reaches ``EngineConfig`` or ``RuntimeOptions``).
+    ``low``/``high`` bound valid values (``*_open``: the bound itself is not
+    valid; ``high_field``: the bound is another field's value), and ``rule`` is
+    the sentence after the label when a value is outside them. ``spin``: the
+    dialog's range where it is narrower than the valid one (or has no end).
+    ``problem``: a rule shared with the command line (``engine.limits``); a
+    value it refuses crashes llama.cpp, so a settings file never loads it.
+    """
+
+    label: str
+    help: str = ""
+    reloads: bool = False
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    high_field: str | None = None
+    rule: str = ""
+    spin: tuple[float, float] | None = None
+    problem: Callable[[int], str | None] | None = None
+
+    @property
+    def range(self) -> tuple[float, float]:
+        """The dialog's spin-box range."""
+        if self.spin is not None:
+            return self.spin
+        assert self.low is not None and self.high is not None, self.label
+        return self.low, self.high
+
+
+_T = typing.TypeVar("_T")
+
+
+def _setting(default: _T, label: str, **declared: Any) -> _T:
+    """A ``Settings`` field with its ``Setting`` (read back with ``SETTINGS``)."""
+    field: _T = dataclasses.field(default=default, metadata={"setting": Setting(label, **declared)})
+    return field
+
+
 @dataclass(frozen=True)
 class Settings:
-    """Everything the user can set. Change one with ``with_``; check with ``validate``."""
+    """Everything the user can set. Change one with ``with_``; check with ``validate``.
+
+    Each field is declared once, here: its default and its ``Setting``
+    (label, help, range, whether it reloads the models). The labels, the
+    validation, the dialog's ranges and help lines and the window's reload
+    set are all read from these declarations.
+    """
 
     # Models
-    target_model: str = ""  # "": the embedded default model
-    drafter: DrafterKind = "lookup"  # "layerskip": the target itself, some blocks skipped
-    draft_model: str = ""  # with drafter="draft"
+    target_model: str = _setting("", "Target model", reloads=True)  # "": the embedded default
+    # (RUF009: _setting returns a dataclasses.field, as ruff cannot see)
+    drafter: DrafterKind = _setting("lookup", "Drafter", reloads=True)  # noqa: RUF009
+    draft_model: str = _setting("", "Draft model", reloads=True)  # with file="chosen" drafters
     # Speculation
-    speculation: bool = True  # off: the drafter stays loaded, rounds draft nothing
-    policy: PolicyChoice = "adaptive"
-    fixed_gamma: int = 4
-    gamma_max: int = 8
-    tree_drafts: bool = False  # a token tree per round instead of a chain (TREE_DRAFTERS)
-    tree_nodes: int = 8  # the most draft tokens in one tree round
+    speculation: bool = _setting(  # off: the drafter stays loaded, rounds draft nothing
+        True,
+        "Speculation",
+        help="A drafter proposes tokens and the target checks them in one pass;"
+        " the output is the target's either way.",
+    )
+    policy: PolicyChoice = _setting(  # noqa: RUF009
+        "adaptive",
+        "γ policy",
+        reloads=True,
+        help="Adaptive drafts longer while guesses are accepted and shorter when they"
+        " are not; Fixed always drafts γ tokens.",
+    )
+    fixed_gamma: int = _setting(
+        4,
+        "Fixed γ",
+        reloads=True,
+        low=1,
+        high_field="gamma_max",
+        rule="must be between 1 and max γ ({gamma_max}).",
+        spin=(1, GAMMA_MAX_LIMIT),
+    )
+    gamma_max: int = _setting(
+        8,
+        "Max γ",
+        reloads=True,
+        low=1,
+        high=GAMMA_MAX_LIMIT,
+        rule=f"must be between 1 and {GAMMA_MAX_LIMIT}.",
+        help="The longest draft: the adaptive policy's ceiling and the limit for fixed γ.",
+    )
+    tree_drafts: bool = _setting(False, "Tree drafts", reloads=True, help=TREE_HELP)
+    tree_nodes: int = _setting(  # the most draft tokens in one tree round
+        8,
+        "Tree nodes",
+        reloads=True,
+        low=TREE_NODES_MIN,
+        high=TREE_NODES_MAX,
+        rule=f"must be between {TREE_NODES_MIN} and {TREE_NODES_MAX}.",
+        help="The most draft tokens in one tree round; the target checks them, plus one,"
+        " in a single batch.",
+    )
     # Sampling
-    temperature: float = 0.7
-    top_k: int = 40  # 0: off
-    top_p: float = 0.95  # 1: off
-    min_p: float = 0.05  # 0: off
-    repeat_penalty: float = 1.0  # 1: off
-    seed: int = -1  # -1: a fresh random seed per reply
-    max_tokens: int = 512
-    system_prompt: str = ""
+    temperature: float = _setting(
+        0.7,
+        "Temperature",
+        low=0,
+        rule="must be 0 or more.",
+        spin=(0.0, 5.0),
+        help="Higher is more varied; 0 always takes the most likely token.",
+    )
+    top_k: int = _setting(  # 0: off
+        40, "Top-k", low=0, rule="must be 0 (off) or more.", spin=(0, 100_000)
+    )
+    top_p: float = _setting(  # 1: off
+        0.95,
+        "Top-p",
+        low=0,
+        low_open=True,
+        high=1,
+        rule="must be more than 0 and at most 1.",
+        spin=(0.01, 1.0),
+        help="Keeps the likeliest tokens up to this share; 1 is off.",
+    )
+    min_p: float = _setting(  # 0: off
+        0.05,
+        "Min-p",
+        low=0,
+        high=1,
+        high_open=True,
+        rule="must be 0 or more and less than 1.",
+        spin=(0.0, 0.99),
+        help="Drops tokens less likely than this fraction of the top token.",
+    )
+    repeat_penalty: float = _setting(  # 1: off
+        1.0,
+        "Repeat penalty",
+        low=0,
+        low_open=True,
+        rule="must be more than 0.",
+        spin=(0.05, 5.0),
+        help="1 is off; higher discourages repeats.",
+    )
+    seed: int = _setting(  # -1: a fresh random seed per reply
+        -1,
+        "Seed",
+        low=-1,
+        rule="must be -1 (random) or a number 0 or more.",
+        spin=(-1, _INT_MAX),
+        help="Fix it to get the same reply for the same prompt.",
+    )
+    max_tokens: int = _setting(
+        512,
+        "Max tokens",
+        low=1,
+        high=MAX_TOKENS_LIMIT,
+        rule=f"must be between 1 and {MAX_TOKENS_LIMIT}.",
+        help="Longest reply.",
+    )
+    system_prompt: str = _setting(
+        "",
+        "System prompt",
+        help="Sent before every conversation to set the assistant's role and tone."
+        " Leave empty to use the model's own default.",
+    )
     # Runtime
-    threads: int = 0  # 0: automatic (the physical cores)
-    gpu_layers_target: int = 0  # -1: all layers
-    gpu_layers_draft: int = 0
-    context_size: int = 4096
-    exact_kernels: bool = True  # RuntimeOptions.strict_batch_invariance
+    threads: int = _setting(  # 0: automatic (the physical cores)
+        0, "Threads", reloads=True, problem=threads_problem, spin=(0, THREADS_MAX)
+    )
+    gpu_layers_target: int = _setting(  # -1: all layers
+        0,
+        "GPU layers (target)",
+        reloads=True,
+        low=-1,
+        rule="must be -1 (all), 0 (none) or more.",
+        spin=(-1, 9999),
+    )
+    gpu_layers_draft: int = _setting(
+        0,
+        "GPU layers (draft)",
+        reloads=True,
+        low=-1,
+        rule="must be -1 (all), 0 (none) or more.",
+        spin=(-1, 9999),
+        help="Layers offloaded to the GPU; 0 runs on the CPU only.",
+    )
+    context_size: int = _setting(
+        4096,
+        "Context size",
+        reloads=True,
+        low=CONTEXT_MIN,
+        high=CONTEXT_MAX,
+        rule=f"must be between {CONTEXT_MIN} and {CONTEXT_MAX} tokens.",
+        help="Longest conversation the model keeps in view.",
+    )
+    exact_kernels: bool = _setting(  # RuntimeOptions.strict_batch_invariance
+        True, "Exact kernels", reloads=True, help=EXACT_KERNELS_HELP
+    )
     # Display
-    highlight_drafted: bool = True
-    show_stats: bool = True
+    highlight_drafted: bool = _setting(
+        True,
+        "Highlight drafted tokens",
+        help="Tints the tokens the target accepted from the drafter.",
+    )
+    show_stats: bool = _setting(
+        True, "Show statistics", help="Speed and acceptance rate under the chat."
+    )
 
     def with_(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied (an unknown name is a TypeError)."""
@@ -87,10 +272,16 @@ class Settings:
         return Path(self.target_model).expanduser() if self.target_model else None
 
     def draft_path(self) -> Path | None:
-        """The draft model file when the drafter is a draft model."""
-        if self.drafter == "draft" and self.draft_model:
+        """The draft model file when the drafter's file is the user's choice."""
+        if self._draft_file() == "chosen" and self.draft_model:
             return Path(self.draft_model).expanduser()
         return None
+
+    def _draft_file(self) -> FileSource:
+        """Where the drafter's file comes from ("none" for an unknown drafter,
+        which ``validate`` reports)."""
+        found = DRAFTERS.get(self.drafter)
+        return found.file if found is not None else "none"
 
     # --------------------------------------------------------------- validation
     def validate(self) -> list[str]:
@@ -118,53 +309,24 @@ class Settings:
         target = self.target_path()
         if target is not None:
             problems += _file_problems("Target model", target)
-        if self.drafter == "draft":
+        if self._draft_file() == "chosen":
             draft = self.draft_path()
             if draft is None:
-                problems.append("Draft model: choose a file when the drafter is 'draft model'.")
+                short = DRAFTERS[self.drafter].short
+                problems.append(f"Draft model: choose a file when the drafter is '{short}'.")
             else:
                 problems += _file_problems("Draft model", draft)
 
-        check(
-            "gamma_max",
-            1 <= self.gamma_max <= GAMMA_MAX_LIMIT,
-            f"Max γ must be between 1 and {GAMMA_MAX_LIMIT}.",
-        )
-        check(
-            "fixed_gamma",
-            1 <= self.fixed_gamma <= self.gamma_max,
-            f"Fixed γ must be between 1 and max γ ({self.gamma_max}).",
-        )
-        check(
-            "tree_nodes",
-            TREE_NODES_MIN <= self.tree_nodes <= TREE_NODES_MAX,
-            f"Tree nodes must be between {TREE_NODES_MIN} and {TREE_NODES_MAX}.",
-        )
-        check("temperature", self.temperature >= 0, "Temperature must be 0 or more.")
-        check("top_k", self.top_k >= 0, "Top-k must be 0 (off) or more.")
-        check("top_p", 0 < self.top_p <= 1, "Top-p must be more than 0 and at most 1.")
-        check("min_p", 0 <= self.min_p < 1, "Min-p must be 0 or more and less than 1.")
-        check("repeat_penalty", self.repeat_penalty > 0, "Repeat penalty must be more than 0.")
-        check("seed", self.seed >= -1, "Seed must be -1 (random) or a number 0 or more.")
-        check(
-            "max_tokens",
-            1 <= self.max_tokens <= MAX_TOKENS_LIMIT,
-            f"Max tokens must be between 1 and {MAX_TOKENS_LIMIT}.",
-        )
-        threads = threads_problem(self.threads)
-        check("threads", threads is None, f"{LABELS['threads']} {threads}.")
-        for name in ("gpu_layers_target", "gpu_layers_draft"):
-            check(
-                name,
-                getattr(self, name) >= -1,
-                f"{LABELS[name]} must be -1 (all), 0 (none) or more.",
-            )
+        values = dataclasses.asdict(self)
+        for name, declared in SETTINGS.items():
+            value = getattr(self, name)
+            if declared.problem is not None:
+                problem = declared.problem(value)
+                check(name, problem is None, f"{declared.label} {problem}.")
+            elif declared.rule:
+                rule = declared.rule.format(**values)
+                check(name, _in_range(declared, value, values), f"{declared.label} {rule}")
         context_ok = CONTEXT_MIN <= self.context_size <= CONTEXT_MAX
-        check(
-            "context_size",
-            context_ok,
-            f"Context size must be between {CONTEXT_MIN} and {CONTEXT_MAX} tokens.",
-        )
         # The reply is reserved in the context window before the prompt goes in,
         # so a reply as long as the window would leave no room for the question.
         if context_ok and 1 <= self.max_tokens <= MAX_TOKENS_LIMIT:
@@ -195,14 +357,15 @@ class Settings:
         The drafter is loaded even when speculation is off: the switch is
         flipped on the running engine (``decoder.speculation_enabled``), which
         keeps what the γ controller has learned. Tree drafts are asked for only
-        with a drafter that can draft a tree. With the "layerskip" drafter the
-        draft is ``layer_skip_draft``, the target's layer-skip GGUF, which the
-        worker finds (or measures, the first time) before it builds the config;
-        it is ignored for the other drafters. Call ``validate()`` first:
-        invalid values raise ValueError here.
+        with a drafter that can draft a tree. With a drafter whose file is
+        derived from the target (``file="derived"``: layer skip) the draft is
+        ``layer_skip_draft``, which the worker finds (or measures, the first
+        time) before it builds the config; it is ignored for the other drafters.
+        Call ``validate()`` first: invalid values raise ValueError here.
         """
         target_options = self.target_options()
-        draft = layer_skip_draft if self.drafter == "layerskip" else self.draft_path()
+        derived = self._draft_file() == "derived"
+        draft = layer_skip_draft if derived else self.draft_path()
         return EngineConfig(
             target=target_path,
             drafter=self.drafter,
@@ -232,33 +395,21 @@ class Settings:
         )
 
 
+# Each field's declaration, in the order of the fields.
+SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclasses.fields(Settings)}
 # The name each setting has in the settings dialog, for messages about it.
-LABELS: dict[str, str] = {
-    "target_model": "Target model",
-    "drafter": "Drafter",
-    "draft_model": "Draft model",
-    "speculation": "Speculation",
-    "policy": "γ policy",
-    "fixed_gamma": "Fixed γ",
-    "gamma_max": "Max γ",
-    "tree_drafts": "Tree drafts",
-    "tree_nodes": "Tree nodes",
-    "temperature": "Temperature",
-    "top_k": "Top-k",
-    "top_p": "Top-p",
-    "min_p": "Min-p",
-    "repeat_penalty": "Repeat penalty",
-    "seed": "Seed",
-    "max_tokens": "Max tokens",
-    "system_prompt": "System prompt",
-    "threads": "Threads",
-    "gpu_layers_target": "GPU layers (target)",
-    "gpu_layers_draft": "GPU layers (draft)",
-    "context_size": "Context size",
-    "exact_kernels": "Exact kernels",
-    "highlight_drafted": "Highlight drafted tokens",
-    "show_stats": "Show statistics",
-}
+LABELS: dict[str, str] = {name: declared.label for name, declared in SETTINGS.items()}
+# The settings whose change needs the models loaded again.
+RELOADS: frozenset[str] = frozenset(n for n, declared in SETTINGS.items() if declared.reloads)
+
+
+def _in_range(declared: Setting, value: float, values: dict[str, Any]) -> bool:
+    """Whether ``value`` is within ``declared``'s bounds (``values``: every field's)."""
+    high = values[declared.high_field] if declared.high_field else declared.high
+    low = declared.low
+    if low is not None and (value <= low if declared.low_open else value < low):
+        return False
+    return high is None or (value < high if declared.high_open else value <= high)
 
 
 # Field name -> type, with the string annotations resolved (Literal included).
@@ -288,7 +439,9 @@ _MISSING = object()
 # thread count does), with their rule: such a value is replaced by the default
 # when the file is read, so that the app always starts. Other values out of
 # range load as they are, for validate() and the dialog to point out.
-_UNSAFE: dict[str, Callable[[Any], str | None]] = {"threads": threads_problem}
+_UNSAFE: dict[str, Callable[[int], str | None]] = {
+    name: declared.problem for name, declared in SETTINGS.items() if declared.problem is not None
+}
 
 
 def _coerce(tp: Any, value: Any) -> Any:

@@ -30,12 +30,13 @@ from PySide6.QtWidgets import (
 )
 
 from gambit.engine.decoder import GenerationConfig
+from gambit.engine.drafters.registry import DRAFTERS
 from gambit.errors import GambitError
 from gambit.models.library import ModelLibrary
 from gambit.models.settings_check import model_file_problems
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history import prompt_messages
-from gambit.storage.settings import Settings, SettingsStore
+from gambit.storage.settings import RELOADS, Settings, SettingsStore
 from gambit.ui.chat_view import ChatMessage, ChatView, reply_footer
 from gambit.ui.menus import MenuBar
 from gambit.ui.models_dialog import ModelsDialog
@@ -44,13 +45,6 @@ from gambit.ui.stats_panel import StatsPanel
 from gambit.worker import EngineInfo, EngineRequest, ReplyDelta, ReplyResult, WorkerThread
 
 log = logging.getLogger(__name__)
-
-# Settings whose change needs the models reloaded.
-_ENGINE_FIELDS = (
-    "target_model", "drafter", "draft_model", "policy", "fixed_gamma", "gamma_max",
-    "tree_drafts", "tree_nodes", "threads", "gpu_layers_target", "gpu_layers_draft",
-    "context_size", "exact_kernels",
-)  # fmt: skip
 
 _MODEL_FIELDS = ("target_model", "drafter", "draft_model")
 
@@ -276,7 +270,7 @@ class MainWindow(QMainWindow):
         request = EngineRequest(
             target=s.target_path(),
             make_config=s.engine_config,
-            layer_skip=s.drafter == "layerskip",
+            layer_skip=DRAFTERS[s.drafter].file == "derived",  # found before the load
             options=s.target_options(),
         )
         self.cancel_load_button.setEnabled(True)
@@ -610,7 +604,8 @@ class MainWindow(QMainWindow):
         self.speculation_action.setChecked(new.speculation)
         self.chat.set_highlight(new.highlight_drafted)
         self.stats.setVisible(new.show_stats)
-        if any(getattr(old, f) != getattr(new, f) for f in _ENGINE_FIELDS) and not self.generating:
+        # (RELOADS: the settings declared reloads=True in storage/settings.py)
+        if any(getattr(old, f) != getattr(new, f) for f in RELOADS) and not self.generating:
             self.load_engine()
         self._update_speculation_label()
         return True

@@ -1,0 +1,46 @@
+"""The settings dialog's spin boxes, help lines and check-box texts come from the
+fields' declarations (``Settings``'s ``Setting`` records), not from numbers of
+its own."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QAbstractSpinBox, QDoubleSpinBox, QLabel, QSpinBox
+from pytestqt.qtbot import QtBot
+
+from gambit.engine.drafters.registry import DRAFTERS
+from gambit.storage.settings import SETTINGS, Settings
+from gambit.ui.settings_dialog import SettingsDialog
+
+
+def _dialog(qtbot: QtBot) -> SettingsDialog:
+    dialog = SettingsDialog(Settings(), None, True)
+    qtbot.addWidget(dialog)
+    return dialog
+
+
+def test_every_spin_box_has_the_declared_range(qtbot: QtBot) -> None:
+    dialog = _dialog(qtbot)
+    spins = {
+        name: widget
+        for name, widget in dialog._field_widgets().items()
+        if isinstance(widget, QAbstractSpinBox)
+    }
+    assert set(spins) == {
+        "context_size", "threads", "gpu_layers_target", "gpu_layers_draft", "fixed_gamma",
+        "gamma_max", "tree_nodes", "temperature", "top_k", "top_p", "min_p",
+        "repeat_penalty", "seed", "max_tokens",
+    }  # fmt: skip
+    for name, widget in spins.items():
+        assert isinstance(widget, (QSpinBox, QDoubleSpinBox))
+        assert (widget.minimum(), widget.maximum()) == SETTINGS[name].range, name
+
+
+def test_help_lines_and_drafters_come_from_the_declarations(qtbot: QtBot) -> None:
+    dialog = _dialog(qtbot)
+    texts = {label.text() for label in dialog.findChildren(QLabel)}
+    for name, declared in SETTINGS.items():
+        if declared.help:
+            assert declared.help in texts, name
+    for kind, radio in dialog.drafter_radios.items():
+        assert radio.text() == DRAFTERS[kind].label
+        assert dialog.drafter_help[kind].text() == DRAFTERS[kind].help

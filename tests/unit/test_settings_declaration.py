@@ -1,0 +1,77 @@
+"""Each setting is declared once (``Settings``'s fields with their ``Setting``); the
+labels, the validation and the reload set read the declarations, so a new
+setting that reaches the engine cannot be forgotten in the reload set."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from gambit.storage.settings import LABELS, RELOADS, SETTINGS, Settings
+
+FIELDS = [f.name for f in dataclasses.fields(Settings)]
+_TYPES = typing.get_type_hints(Settings)
+
+
+def _other(name: str, value: Any, folder: Path) -> Any:
+    """A valid value of field ``name`` other than ``value``."""
+    tp = _TYPES[name]
+    if typing.get_origin(tp) is Literal:
+        return next(c for c in typing.get_args(tp) if c != value)
+    if tp is bool:
+        return not value
+    if tp is int:
+        return value + 1 if name != "fixed_gamma" else value - 1  # (at most max γ)
+    if tp is float:
+        return value / 2
+    if name.endswith("_model"):
+        return str(folder / f"{name}.gguf")
+    return value + "x"
+
+
+def _engine_side(s: Settings, folder: Path) -> tuple[object, ...]:
+    """Everything a loaded engine is made from: the config (with the target the
+    window resolves), the runtime options and whether a draft is derived."""
+    target = s.target_path() or folder / "default.gguf"
+    return (s.engine_config(target, folder / "derived.gguf"), s.target_options())
+
+
+def test_every_field_is_declared_with_a_label() -> None:
+    assert list(SETTINGS) == FIELDS
+    assert all(LABELS[name] == SETTINGS[name].label and LABELS[name] for name in FIELDS)
+
+
+def test_a_field_reaches_the_engine_exactly_when_it_is_declared_to_reload(
+    tmp_path: Path,
+) -> None:
+    """For each field, under each drafter: change it alone and compare what the
+    engine is built from. A change that reaches it must reload (forgetting it
+    would keep the old model loaded); a declared reload that never reaches it
+    would reload for nothing."""
+    reaching: set[str] = set()
+    for drafter in ("none", "lookup", "draft", "layerskip"):
+        base = Settings(drafter=drafter, draft_model=str(tmp_path / "d.gguf"), tree_drafts=True)
+        before = _engine_side(base, tmp_path)
+        for name in FIELDS:
+            changed = base.with_(**{name: _other(name, getattr(base, name), tmp_path)})
+            if _engine_side(changed, tmp_path) != before:
+                reaching.add(name)
+    missing = reaching - RELOADS
+    assert not missing, f"reach the engine but are not declared reloads=True: {missing}"
+    assert reaching == RELOADS
+
+
+def test_validation_reads_the_declared_ranges() -> None:
+    for name, declared in SETTINGS.items():
+        if not declared.rule or declared.high_field:
+            continue
+        outside = (declared.low - 1) if declared.low is not None else declared.high + 1  # type: ignore[operator]
+        if declared.low is not None and declared.low_open:
+            outside = declared.low
+        problems = Settings().with_(**{name: outside}).validate()
+        assert f"{declared.label} {declared.rule}" in problems, name
+    assert Settings(threads=-1).validate() == [
+        "Threads must be 0 (automatic) or a whole number from 1 to 512, not -1."
+    ]
