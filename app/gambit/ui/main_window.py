@@ -39,7 +39,7 @@ from gambit.storage.history import prompt_messages
 from gambit.storage.settings import RELOADS, Settings, SettingsStore
 from gambit.ui.chat_view import ChatMessage, ChatView, reply_footer
 from gambit.ui.menus import MenuBar
-from gambit.ui.models_dialog import ModelsDialog
+from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings_dialog import SettingsDialog
 from gambit.ui.stats_panel import StatsPanel
 from gambit.worker import EngineInfo, EngineRequest, ReplyDelta, ReplyResult, WorkerThread

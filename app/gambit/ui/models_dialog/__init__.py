@@ -16,9 +16,3 @@ The rules behind them live below the UI: which pair the memory view counts
 (``gambit.engine.kernels.implied_kernels``), what deriving may gain
 (``gambit.models.derive_advice``).
 """
-
-# Transitional: ui/main_window.py still imports the dialog from here; it moves
-# to ``gambit.ui.models_dialog.dialog`` once that file is free to edit.
-from gambit.ui.models_dialog.dialog import ModelsDialog
-
-__all__ = ["ModelsDialog"]
