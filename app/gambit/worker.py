@@ -25,6 +25,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from gambit.engine.backend import BackendInfo, detect_backend
 from gambit.engine.chat import Message
 from gambit.engine.decoder import GenerationConfig, StopReason
+from gambit.engine.drafters.registry import DRAFTERS
 from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 class EngineInfo:
     target_name: str
     draft_name: str | None
-    drafter: str  # "none" | "draft" | "lookup" | "layerskip"
+    drafter: str  # a kind of gambit.engine.drafters.registry
     drafter_label: str | None  # "draft model", "prompt lookup"
     n_ctx: int
     backend: BackendInfo
@@ -152,7 +153,7 @@ class EngineWorker(QObject):
             engine.decoder.speculation_enabled = self._speculation
             self._engine = engine
             # A layer-skip draft is the target itself; drafter_detail describes it.
-            draft = config.draft if config.drafter == "draft" else None
+            draft = config.draft if DRAFTERS[config.drafter].file == "chosen" else None
             info = EngineInfo(
                 target_name=config.target.name,
                 draft_name=draft.name if draft else None,

@@ -350,13 +350,16 @@ def run_selftest(
         )
         report("run target only", _describe(plain, None))
         report("reply", repr(plain.text[:120]))
-        runs.append(_run("prompt lookup", target, "lookup", None, args))
-        report("run prompt lookup", _describe(runs[-1], plain))
-        runs.append(_run("prompt lookup tree", target, "lookup", None, args, tree=True))
-        report("run prompt lookup tree", _describe(runs[-1], plain))
+        from gambit.engine.drafters.registry import DRAFTERS
+
+        lookup, draft = DRAFTERS["lookup"].short, DRAFTERS["draft"].short
+        runs.append(_run(lookup, target, "lookup", None, args))
+        report(f"run {lookup}", _describe(runs[-1], plain))
+        runs.append(_run(f"{lookup} tree", target, "lookup", None, args, tree=True))
+        report(f"run {lookup} tree", _describe(runs[-1], plain))
         if args.draft is not None:
-            runs.append(_run("draft model", target, "draft", args.draft, args))
-            report("run draft model", _describe(runs[-1], plain))
+            runs.append(_run(draft, target, "draft", args.draft, args))
+            report(f"run {draft}", _describe(runs[-1], plain))
 
         if not plain.tokens:
             problems.append("the model generated no tokens")

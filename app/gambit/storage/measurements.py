@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from gambit.engine.drafters.registry import DRAFTERS
 from gambit.errors import GambitError
 from gambit.storage import paths
 from gambit.storage.files import write_atomic
@@ -125,7 +126,8 @@ def recommended_settings(settings: Settings, report: Mapping[str, Any]) -> Setti
     if rec["policy"] == "fixed" and rec.get("gamma"):
         changes["fixed_gamma"] = int(rec["gamma"])
         changes["gamma_max"] = max(settings.gamma_max, int(rec["gamma"]))
-    if rec["drafter"] == "draft" and report.get("draft"):
+    chosen = rec["drafter"] in DRAFTERS and DRAFTERS[rec["drafter"]].file == "chosen"
+    if chosen and report.get("draft"):
         changes["draft_model"] = str(report["draft"])
     new = settings.with_(**changes)
     problems = new.validate()

@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gambit.engine.drafters.registry import DRAFTING, spec
 from gambit.errors import GambitError
 from gambit.measure import DRAFTER_LABELS, MeasureProgress
 from gambit.measure_history import MeasureOutcome, MeasureRequest
@@ -167,7 +168,7 @@ class MeasureDialog(QDialog):
         drafters_col = QVBoxLayout()
         drafters_col.addWidget(QLabel("Drafters"))
         self.drafter_boxes: dict[str, QCheckBox] = {}
-        for kind in ("lookup", "draft", "layerskip"):
+        for kind in DRAFTING:  # every drafter of the registry
             box = QCheckBox(DRAFTER_LABELS[kind].capitalize())
             box.setObjectName(f"drafter_{kind}")
             self.drafter_boxes[kind] = box
@@ -273,7 +274,7 @@ class MeasureDialog(QDialog):
         settings = self.host.settings()
         loaded = info.drafter if info is not None else "none"
         for kind, box in self.drafter_boxes.items():
-            usable = kind == "lookup" or kind == loaded
+            usable = not spec(kind).loads_model or kind == loaded  # lookup: always
             box.setEnabled(usable)
             box.setChecked(usable)
             box.setToolTip(
