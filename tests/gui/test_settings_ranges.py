@@ -18,6 +18,22 @@ def _dialog(qtbot: QtBot) -> SettingsDialog:
     return dialog
 
 
+def test_every_setting_has_a_widget_and_round_trips(qtbot: QtBot) -> None:
+    """A new field without its widget in ``_field_widgets`` would be lost on OK."""
+    dialog = _dialog(qtbot)
+    assert set(dialog._field_widgets()) == set(SETTINGS)
+    edited = Settings(
+        target_model="/m/t.gguf", drafter="draft", draft_model="/m/d.gguf", speculation=False,
+        policy="fixed", fixed_gamma=3, gamma_max=6, tree_drafts=True, tree_nodes=5,
+        temperature=0.25, top_k=7, top_p=0.5, min_p=0.1, repeat_penalty=1.5, seed=9,
+        max_tokens=100, system_prompt="Be brief.", threads=2, gpu_layers_target=-1,
+        gpu_layers_draft=3, context_size=2048, exact_kernels=False, highlight_drafted=False,
+        show_stats=False,
+    )  # fmt: skip
+    dialog._load(edited)
+    assert dialog.settings() == edited
+
+
 def test_every_spin_box_has_the_declared_range(qtbot: QtBot) -> None:
     dialog = _dialog(qtbot)
     spins = {

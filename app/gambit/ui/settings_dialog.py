@@ -14,10 +14,15 @@ from PySide6.QtCore import Qt, Slot
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractButton,
+    QCheckBox,
     QDialogButtonBox,
+    QDoubleSpinBox,
     QFileDialog,
     QLabel,
     QLineEdit,
+    QPlainTextEdit,
+    QRadioButton,
+    QSpinBox,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -117,35 +122,12 @@ class SettingsDialog(SettingsPages):
 
     def _load(self, s: Settings) -> None:
         """Show ``s`` in the widgets."""
-        self.target_model_edit.setText(s.target_model)
+        for name, widget in self._field_widgets().items():
+            if not isinstance(widget, QRadioButton):  # (the choices, set below)
+                _show(widget, getattr(s, name))
         self.drafter_radios[s.drafter].setChecked(True)
-        self.draft_model_edit.setText(s.draft_model)
-        self.context_size_spin.setValue(s.context_size)
-        self.threads_spin.setValue(s.threads)
-        self.gpu_layers_target_spin.setValue(s.gpu_layers_target)
-        self.gpu_layers_draft_spin.setValue(s.gpu_layers_draft)
-
-        self.speculation_check.setChecked(s.speculation)
-        {"adaptive": self.policy_adaptive_radio, "fixed": self.policy_fixed_radio}[
-            s.policy
-        ].setChecked(True)
-        self.fixed_gamma_spin.setValue(s.fixed_gamma)
-        self.gamma_max_spin.setValue(s.gamma_max)
-        self.tree_drafts_check.setChecked(s.tree_drafts)
-        self.tree_nodes_spin.setValue(s.tree_nodes)
-        self.exact_kernels_check.setChecked(s.exact_kernels)
-        self.highlight_drafted_check.setChecked(s.highlight_drafted)
-        self.show_stats_check.setChecked(s.show_stats)
-
-        self.temperature_spin.setValue(s.temperature)
-        self.top_k_spin.setValue(s.top_k)
-        self.top_p_spin.setValue(s.top_p)
-        self.min_p_spin.setValue(s.min_p)
-        self.repeat_penalty_spin.setValue(s.repeat_penalty)
-        self.seed_spin.setValue(s.seed)
-        self.max_tokens_spin.setValue(s.max_tokens)
-
-        self.system_prompt_edit.setPlainText(s.system_prompt)
+        policies = {"adaptive": self.policy_adaptive_radio, "fixed": self.policy_fixed_radio}
+        policies[s.policy].setChecked(True)
         self._update_enabled()
         self.update_mtp()
 
@@ -160,32 +142,12 @@ class SettingsDialog(SettingsPages):
 
     def settings(self) -> Settings:
         """The settings as edited so far (not necessarily valid: see ``validate()``)."""
-        return self._base.with_(
-            target_model=self.target_model_edit.text().strip(),
-            drafter=self._drafter(),
-            draft_model=self.draft_model_edit.text().strip(),
-            context_size=self.context_size_spin.value(),
-            threads=self.threads_spin.value(),
-            gpu_layers_target=self.gpu_layers_target_spin.value(),
-            gpu_layers_draft=self.gpu_layers_draft_spin.value(),
-            speculation=self.speculation_check.isChecked(),
-            policy=self._policy(),
-            fixed_gamma=self.fixed_gamma_spin.value(),
-            gamma_max=self.gamma_max_spin.value(),
-            tree_drafts=self.tree_drafts_check.isChecked(),
-            tree_nodes=self.tree_nodes_spin.value(),
-            exact_kernels=self.exact_kernels_check.isChecked(),
-            highlight_drafted=self.highlight_drafted_check.isChecked(),
-            show_stats=self.show_stats_check.isChecked(),
-            temperature=self.temperature_spin.value(),
-            top_k=self.top_k_spin.value(),
-            top_p=self.top_p_spin.value(),
-            min_p=self.min_p_spin.value(),
-            repeat_penalty=self.repeat_penalty_spin.value(),
-            seed=self.seed_spin.value(),
-            max_tokens=self.max_tokens_spin.value(),
-            system_prompt=self.system_prompt_edit.toPlainText(),
-        )
+        values = {
+            name: _value(widget)
+            for name, widget in self._field_widgets().items()
+            if not isinstance(widget, QRadioButton)
+        }
+        return self._base.with_(drafter=self._drafter(), policy=self._policy(), **values)
 
     def errors(self) -> list[str]:
         """The problems currently listed under the tabs (empty when none are shown)."""
@@ -225,7 +187,9 @@ class SettingsDialog(SettingsPages):
         self._reveal(problems)
 
     def _field_widgets(self) -> dict[str, QWidget]:
-        """The widget that edits each setting, by field name."""
+        """The widget that edits each setting, by field name: what the dialog shows
+        (``_load``), reads back (``settings``) and points at (``_reveal``).
+        A choice is edited by radio buttons; the first one stands for it."""
         return {
             "target_model": self.target_model_edit,
             "drafter": self.drafter_radios["none"],
@@ -374,3 +338,32 @@ def _default_model_file() -> Path | None:
         return bundled
     candidate = models_dir() / DEFAULT_MODEL_FILE
     return candidate if candidate.is_file() else None
+
+
+def _show(widget: QWidget, value: object) -> None:
+    """Put a setting's ``value`` into the ``widget`` that edits it."""
+    if isinstance(widget, QLineEdit):
+        widget.setText(str(value))
+    elif isinstance(widget, QPlainTextEdit):
+        widget.setPlainText(str(value))
+    elif isinstance(widget, QCheckBox):
+        widget.setChecked(bool(value))
+    elif isinstance(widget, QSpinBox):
+        widget.setValue(int(value))  # type: ignore[call-overload]
+    elif isinstance(widget, QDoubleSpinBox):
+        widget.setValue(float(value))  # type: ignore[arg-type]
+    else:
+        raise TypeError(f"no way to show a setting in {type(widget).__name__}")
+
+
+def _value(widget: QWidget) -> object:
+    """The value a setting's ``widget`` holds (a file path without its spaces)."""
+    if isinstance(widget, QLineEdit):
+        return widget.text().strip()
+    if isinstance(widget, QPlainTextEdit):
+        return widget.toPlainText()
+    if isinstance(widget, QCheckBox):
+        return widget.isChecked()
+    if isinstance(widget, (QSpinBox, QDoubleSpinBox)):
+        return widget.value()
+    raise TypeError(f"no way to read a setting from {type(widget).__name__}")
