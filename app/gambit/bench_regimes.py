@@ -48,7 +48,7 @@ import numpy as np
 from gambit.bench import TARGET_ONLY, BenchPrompt, ModeTotals, load_prompts, run_once
 from gambit.engine.controller import CostModel, GammaController, calibrate
 from gambit.engine.decoder import GenerationConfig, Round
-from gambit.engine.drafters.registry import DrafterKind, spec
+from gambit.engine.drafters.registry import DRAFTING, DrafterKind, spec
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
@@ -57,8 +57,9 @@ from gambit.errors import GambitError
 FIXED_GAMMAS = (1, 2, 4, 8)
 GAMMA_MAX = 8
 TARGET_TYPES = ("F16", "F32", "Q8_0")
-# The order the report lists them in (every kind of the registry but "none").
-DRAFTERS: tuple[DrafterKind, ...] = ("draft", "lookup", "layerskip")
+# Every drafting kind of the registry, the draft model first (the classic pairing)
+# and the rest in the registry's order: draft, lookup, layerskip.
+DRAFTERS: tuple[DrafterKind, ...] = ("draft", *(k for k in DRAFTING if k != "draft"))
 # t(5)/t(1) below this: a batch of five costs little more than one token.
 BANDWIDTH_BOUND_BELOW = 1.3
 # The calibration context: about where the bench's replies are decoded.

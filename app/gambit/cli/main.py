@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gambit import __version__
+from gambit.bench_regimes import DRAFTERS as REGIME_DRAFTERS
 from gambit.cli.models import add_models_parser, run_models
 from gambit.cli.stop_signals import StopSignals
 from gambit.engine.chat import Message
@@ -163,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     regimes.add_argument(
         "--drafters",
-        default="draft,lookup,layerskip",
-        help="drafters to compare (default draft,lookup,layerskip)",
+        default=",".join(REGIME_DRAFTERS),
+        help=f"drafters to compare (default {','.join(REGIME_DRAFTERS)})",
     )
     regimes.add_argument(
         "--per-suite", type=int, default=4, help="prompts per suite (default 4; 0: all)"
