@@ -16,10 +16,10 @@ from pytestqt.qtbot import QtBot
 
 from gambit.cli.main import summary_line
 from gambit.engine.metrics import NO_FIGURE, format_rate, format_speedup
+from gambit.qt.worker import ReplyResult
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.main_window import MainWindow
-from gambit.worker import ReplyResult
 from gguf_fixtures import write_small_model
 
 LOAD_TIMEOUT_MS = 120_000

@@ -17,9 +17,9 @@ from pytestqt.qtbot import QtBot
 
 from gambit.engine.backend import BackendInfo
 from gambit.engine.metrics import MetricsSnapshot
+from gambit.qt.worker import EngineInfo
 from gambit.ui import theme
 from gambit.ui.stats_panel import PLACEHOLDER, TOOLTIPS, StatsPanel, speedup_tone
-from gambit.worker import EngineInfo
 
 COUNTERS = [
     "acceptedValue",

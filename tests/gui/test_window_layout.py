@@ -18,10 +18,10 @@ from pytestqt.qtbot import QtBot
 
 from gambit.engine.backend import BackendInfo
 from gambit.engine.metrics import MetricsSnapshot
+from gambit.qt.worker import EngineInfo
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
 from gambit.ui.main_window import MainWindow
-from gambit.worker import EngineInfo
 
 LONG_TITLE = (
     "Rewrite the quarterly report's summary in plain English for the board, keeping every figure"

@@ -25,8 +25,8 @@ from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import EngineConfig
 from gambit.formats import layerskip_file
 from gambit.models import layerskip
+from gambit.qt.worker import EngineInfo, EngineRequest, ReplyResult, WorkerThread
 from gambit.storage.settings import Settings
-from gambit.worker import EngineInfo, EngineRequest, ReplyResult, WorkerThread
 
 LOAD_TIMEOUT_MS = 120_000
 REPLY_TIMEOUT_MS = 120_000

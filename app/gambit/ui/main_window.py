@@ -34,6 +34,7 @@ from gambit.engine.drafters.registry import DRAFTERS
 from gambit.errors import GambitError
 from gambit.models.library import ModelLibrary
 from gambit.models.settings_check import model_file_problems
+from gambit.qt.worker import EngineInfo, EngineRequest, ReplyDelta, ReplyResult, WorkerThread
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history import prompt_messages
 from gambit.storage.settings import RELOADS, Settings, SettingsStore
@@ -42,7 +43,6 @@ from gambit.ui.menus import MenuBar
 from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings_dialog import SettingsDialog
 from gambit.ui.stats_panel import StatsPanel
-from gambit.worker import EngineInfo, EngineRequest, ReplyDelta, ReplyResult, WorkerThread
 
 log = logging.getLogger(__name__)
 

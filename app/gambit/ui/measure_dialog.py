@@ -46,11 +46,11 @@ from gambit.errors import GambitError
 from gambit.measure import DRAFTER_LABELS, MeasureProgress
 from gambit.measure_history import MeasureOutcome, MeasureRequest
 from gambit.measure_report import report_csv
+from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage import measurements
 from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations
 from gambit.storage.settings import Settings
 from gambit.ui import theme
-from gambit.worker import EngineInfo, EngineWorker
 
 POLICIES = (("adaptive", "Adaptive γ", True), ("fixed=2", "Fixed γ=2", False),
             ("fixed=4", "Fixed γ=4", True), ("fixed=8", "Fixed γ=8", False))  # fmt: skip

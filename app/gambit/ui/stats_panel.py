@@ -50,7 +50,7 @@ from gambit.ui import theme
 from gambit.ui.theme import Tone
 
 if TYPE_CHECKING:
-    from gambit.worker import EngineInfo
+    from gambit.qt.worker import EngineInfo
 
 REPAINT_INTERVAL_MS: Final = 100
 MAX_POINTS: Final = 200  # samples kept per time chart
