@@ -33,7 +33,7 @@ from gambit.engine.kernels import KernelProbe
 from gambit.formats.gguf_file import check_model_file
 from gambit.formats.gguf_info import quantization_name
 from gambit.models.derive import estimate_output_size, estimate_tensor_bytes
-from gambit.models.layerskip import expected_speedup
+from gambit.models.layerskip_search import expected_speedup
 from gambit.models.memory import MIB, MIN_DRAFT_SAVING, bytes_read_per_token
 
 # What may be derived as a draft, most faithful (most bits) first.
