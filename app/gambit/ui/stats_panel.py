@@ -5,14 +5,13 @@ and three small charts. Snapshots can arrive once per decoding round (many
 per second); ``set_snapshot`` only stores the latest one, and a 100 ms timer
 repaints when something new arrived, so a burst of snapshots costs one
 repaint. Call it from the GUI thread (connect the engine's signal queued).
+The charts' cards and axis arithmetic live in stats_charts.py.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from PySide6.QtCharts import (
@@ -20,20 +19,17 @@ from PySide6.QtCharts import (
     QBarCategoryAxis,
     QBarSeries,
     QBarSet,
-    QChart,
     QChartView,
     QLineSeries,
-    QValueAxis,
 )
-from PySide6.QtCore import QEvent, QMargins, QPointF, Qt, QTimer
-from PySide6.QtGui import QBrush, QFont, QPainter, QPalette, QPen, QResizeEvent
+from PySide6.QtCore import QEvent, QPointF, Qt, QTimer
+from PySide6.QtGui import QFont, QPalette, QPen
 from PySide6.QtWidgets import (
     QDockWidget,
     QFrame,
     QGridLayout,
     QLabel,
     QScrollArea,
-    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -47,6 +43,14 @@ from gambit.engine.metrics import (
     format_speedup,
 )
 from gambit.ui import theme
+from gambit.ui.stats_charts import (
+    TIME_UNIT,
+    ChartCard,
+    Sample,
+    gamma_steps,
+    nice_step,
+    set_range,
+)
 from gambit.ui.theme import Tone
 
 if TYPE_CHECKING:
@@ -54,10 +58,6 @@ if TYPE_CHECKING:
 
 REPAINT_INTERVAL_MS: Final = 100
 MAX_POINTS: Final = 200  # samples kept per time chart
-# Charts share the height the figures leave, between these bounds: at 1024×700 the
-# figures and all three charts fit the dock without scrolling.
-CHART_MIN_HEIGHT: Final = 84
-CHART_MAX_HEIGHT: Final = 190
 SPEEDUP_GOOD: Final = 1.05  # at or above: the bet pays (green)
 SPEEDUP_BAD: Final = 0.97  # below: the bet loses (red); in between: amber
 PLACEHOLDER: Final = NO_FIGURE
@@ -110,19 +110,6 @@ TOOLTIPS: Final[dict[str, str]] = {
     ),
 }
 
-CHART_TOOLTIPS: Final[dict[str, str]] = {
-    "tokensPerSecondChart": (
-        f"Tokens/s over the last {_WINDOW} rounds, against the reply's elapsed seconds; "
-        "dashed: baseline."
-    ),
-    "gammaChart": "The controller's γ over the reply's elapsed seconds (0: speculation off).",
-    "acceptanceChart": (
-        "α_d: of the rounds in this reply that reached depth d (every draft token before "
-        "it accepted), the share in which a draft token at depth d was accepted: the main "
-        "chain's or, in a tree, a side node's."
-    ),
-}
-
 
 # -- formatting -------------------------------------------------------------------------
 
@@ -155,130 +142,6 @@ def drafter_line(info: EngineInfo) -> str:
     return "Drafter: " + " · ".join(parts) if parts else ""
 
 
-def nice_step(raw: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 × 10^k that is at least ``raw`` (> 0)."""
-    if raw <= 0 or not math.isfinite(raw):
-        return 1.0
-    magnitude = 10.0 ** math.floor(math.log10(raw))
-    for m in (1.0, 2.0, 2.5, 5.0, 10.0):
-        if m * magnitude >= raw * (1 - 1e-9):
-            return m * magnitude
-    return 10.0 * magnitude  # pragma: no cover - the loop always returns
-
-
-def _decimals(step: float) -> int:
-    """Decimals needed to print multiples of ``step`` exactly."""
-    for d in range(4):
-        if abs(step * 10**d - round(step * 10**d)) < 1e-6:
-            return d
-    return 3
-
-
-# -- pieces -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Sample:
-    t: float
-    tokens_per_s: float
-    baseline: float
-    gamma: int
-
-
-LABEL_PITCH: Final = 18  # px of plot height per value-axis label: fewer ticks when short
-
-
-class _ChartView(QChartView):
-    """A chart view that says when its height changes (its axes then pick their ticks)."""
-
-    def __init__(self, chart: QChart) -> None:
-        super().__init__(chart)
-        self.on_resized: Callable[[], None] | None = None
-
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
-        super().resizeEvent(event)
-        if self.on_resized is not None and event.size().height() != event.oldSize().height():
-            self.on_resized()
-
-
-class _ChartCard:
-    """A compact chart on a rounded card: antialiased, no animation, small fonts."""
-
-    def __init__(self, object_name: str, font: QFont) -> None:
-        self.chart = QChart()
-        self.chart.setMargins(QMargins(2, 6, 8, 2))
-        self.chart.setBackgroundRoundness(6)
-        self.chart.setAnimationOptions(QChart.AnimationOption.NoAnimation)
-        self.chart.legend().setVisible(False)
-        layout = self.chart.layout()
-        if layout is not None:
-            layout.setContentsMargins(0, 0, 0, 0)
-        self.font = font
-        self.view = _ChartView(self.chart)
-        self.view.setObjectName(object_name)
-        self.view.setToolTip(CHART_TOOLTIPS[object_name])
-        self.view.setRenderHint(QPainter.RenderHint.Antialiasing)
-        self.view.setFrameShape(QFrame.Shape.NoFrame)
-        self.view.setMinimumSize(220, CHART_MIN_HEIGHT)
-        self.view.setMaximumHeight(CHART_MAX_HEIGHT)
-        self.view.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.view.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-
-    def max_ticks(self) -> int:
-        """How many value labels the plot's height has room for (at least 2)."""
-        plot = self.view.height() - 36  # the time axis' labels and the card's margins
-        return max(2, plot // LABEL_PITCH)
-
-    def value_axis(self, alignment: Qt.AlignmentFlag) -> QValueAxis:
-        axis = QValueAxis()
-        axis.setTickType(QValueAxis.TickType.TicksDynamic)
-        axis.setTickAnchor(0.0)
-        axis.setMinorTickCount(0)
-        axis.setLabelsFont(self.font)
-        self.chart.addAxis(axis, alignment)
-        return axis
-
-    def apply_palette(self, palette: QPalette) -> None:
-        base = palette.color(QPalette.ColorRole.Base)
-        self.view.setBackgroundBrush(QBrush(palette.color(QPalette.ColorRole.Window)))
-        self.chart.setBackgroundBrush(QBrush(base))
-        self.chart.setBackgroundPen(QPen(theme.faint(palette), 1))
-        self.chart.setPlotAreaBackgroundVisible(False)
-        label = theme.muted(palette)
-        grid = theme.faint(palette)
-        for axis in self.chart.axes():
-            axis.setLabelsColor(label)
-            axis.setGridLineColor(grid)
-            axis.setLinePenColor(grid)
-        self.chart.legend().setLabelColor(palette.color(QPalette.ColorRole.Text))
-
-
-def _steps(samples: deque[_Sample]) -> list[QPointF]:
-    """γ as a step line: the start, a vertical jump at each change, and the end."""
-    points: list[QPointF] = []
-    previous: int | None = None
-    for s in samples:
-        if previous is None:
-            points.append(QPointF(s.t, s.gamma))
-        elif s.gamma != previous:
-            points.append(QPointF(s.t, previous))  # the old γ held until now
-            points.append(QPointF(s.t, s.gamma))
-        previous = s.gamma
-    if samples and points[-1].x() != samples[-1].t:
-        points.append(QPointF(samples[-1].t, samples[-1].gamma))
-    return points
-
-
-TIME_UNIT = " s"  # on the time axes' labels: seconds since the reply started
-
-
-def _set_range(axis: QValueAxis, low: float, high: float, step: float, unit: str = "") -> None:
-    axis.setRange(low, high)
-    axis.setTickInterval(step)
-    axis.setLabelFormat(f"%.{_decimals(step)}f{unit}")
-
-
 # -- the panel --------------------------------------------------------------------------
 
 
@@ -299,7 +162,7 @@ class StatsPanel(QDockWidget):
         self.repaint_count = 0
         self._snapshot: MetricsSnapshot | None = None
         self._dirty = False
-        self._samples: deque[_Sample] = deque(maxlen=MAX_POINTS)
+        self._samples: deque[Sample] = deque(maxlen=MAX_POINTS)
         self._n_positions = 0
         self._tones: dict[QLabel, Tone] = {}
 
@@ -384,7 +247,7 @@ class StatsPanel(QDockWidget):
         self._update_acceptance_chart(snap.acceptance_by_position)
 
     def _add_sample(self, snap: MetricsSnapshot) -> None:
-        sample = _Sample(
+        sample = Sample(
             snap.elapsed_s, snap.tokens_per_s_rolling, snap.baseline_tokens_per_s, snap.gamma
         )
         if self._samples:
@@ -426,7 +289,7 @@ class StatsPanel(QDockWidget):
         samples = self._samples
         self._tps_series.replace([QPointF(s.t, s.tokens_per_s) for s in samples])
         self._baseline_series.replace([QPointF(s.t, s.baseline) for s in samples if s.baseline > 0])
-        self._gamma_series.replace(_steps(samples))
+        self._gamma_series.replace(gamma_steps(samples))
         if not samples:
             self._reset_axes()
             return
@@ -435,11 +298,11 @@ class StatsPanel(QDockWidget):
         x1 = max(x1, x0 + 1.0)
         step = nice_step((x1 - x0) / 4)
         for axis in (self._tps_x, self._gamma_x):
-            _set_range(axis, x0, x1, step, TIME_UNIT)
+            set_range(axis, x0, x1, step, TIME_UNIT)
 
         top = max(max(max(s.tokens_per_s, s.baseline) for s in samples), 1.0) * 1.1
         step = nice_step(top / min(4, self._tps_card.max_ticks() - 1))
-        _set_range(self._tps_y, 0.0, step * math.ceil(top / step), step)
+        set_range(self._tps_y, 0.0, step * math.ceil(top / step), step)
 
         g_top = max(max(s.gamma for s in samples), 1) + 1
         self._gamma_y.setRange(-0.25, g_top + 0.25)  # keeps γ = 0 clear of the axis line
@@ -482,8 +345,8 @@ class StatsPanel(QDockWidget):
 
     def _reset_axes(self) -> None:
         for axis in (self._tps_x, self._gamma_x):
-            _set_range(axis, 0.0, 10.0, 2.5, TIME_UNIT)
-        _set_range(self._tps_y, 0.0, 40.0, 10.0)
+            set_range(axis, 0.0, 10.0, 2.5, TIME_UNIT)
+        set_range(self._tps_y, 0.0, 40.0, 10.0)
         self._gamma_y.setRange(-0.25, 4.25)
         self._gamma_y.setTickInterval(self._gamma_tick(4))
 
@@ -570,6 +433,28 @@ class StatsPanel(QDockWidget):
 
         # The figures first (speed, drafting, latency), then the charts: the headline
         # numbers never need scrolling, and the charts share the height that is left.
+        self._build_figures(layout)
+
+        self._cards: list[ChartCard] = []
+        layout.addWidget(self._chart_caption("Tokens/s over time (dashed: baseline)"))
+        layout.addWidget(self._build_tps_chart(), 1)
+        layout.addWidget(self._chart_caption("γ over time"))
+        layout.addWidget(self._build_gamma_chart(), 1)
+        layout.addWidget(self._chart_caption("Acceptance by depth"))
+        layout.addWidget(self._build_acceptance_chart(), 1)
+        layout.addStretch(0)  # charts at their tallest: the rest stays below them
+
+        scroll = QScrollArea()
+        scroll.setObjectName("statsScroll")
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        scroll.setWidget(content)
+        content.setMinimumWidth(280)
+        self.setWidget(scroll)
+
+    def _build_figures(self, layout: QVBoxLayout) -> None:
+        """The counter tiles: speed, then drafting, then latency."""
         grid = self._grid(layout)
         self._tile(grid, 0, 0, "Speedup", "speedupValue")
         self._tile(grid, 0, 1, "Tokens/s", "tokensPerSecondValue")
@@ -593,24 +478,6 @@ class StatsPanel(QDockWidget):
         self._tile(grid, 0, 0, "First token", "ttftValue")
         self._tile(grid, 0, 1, "p50 token gap", "p50Value")
         self._tile(grid, 0, 2, "p99 token gap", "p99Value")
-
-        self._cards: list[_ChartCard] = []
-        layout.addWidget(self._chart_caption("Tokens/s over time (dashed: baseline)"))
-        layout.addWidget(self._build_tps_chart(), 1)
-        layout.addWidget(self._chart_caption("γ over time"))
-        layout.addWidget(self._build_gamma_chart(), 1)
-        layout.addWidget(self._chart_caption("Acceptance by depth"))
-        layout.addWidget(self._build_acceptance_chart(), 1)
-        layout.addStretch(0)  # charts at their tallest: the rest stays below them
-
-        scroll = QScrollArea()
-        scroll.setObjectName("statsScroll")
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.Shape.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
-        scroll.setWidget(content)
-        content.setMinimumWidth(280)
-        self.setWidget(scroll)
 
     def _chart_caption(self, text: str) -> QLabel:
         label = QLabel(text)
@@ -648,7 +515,7 @@ class StatsPanel(QDockWidget):
         return title, value
 
     def _build_tps_chart(self) -> QChartView:
-        card = self._tps_card = _ChartCard("tokensPerSecondChart", self._chart_font)
+        card = self._tps_card = ChartCard("tokensPerSecondChart", self._chart_font)
         self._tps_series = QLineSeries()
         self._tps_series.setName("tokens/s")
         self._baseline_series = QLineSeries()
@@ -664,7 +531,7 @@ class StatsPanel(QDockWidget):
         return card.view
 
     def _build_gamma_chart(self) -> QChartView:
-        card = self._gamma_card = _ChartCard("gammaChart", self._chart_font)
+        card = self._gamma_card = ChartCard("gammaChart", self._chart_font)
         self._gamma_series = QLineSeries()
         self._gamma_series.setName("γ")
         card.chart.addSeries(self._gamma_series)
@@ -677,7 +544,7 @@ class StatsPanel(QDockWidget):
         return card.view
 
     def _build_acceptance_chart(self) -> QChartView:
-        card = self._acceptance_card = _ChartCard("acceptanceChart", self._chart_font)
+        card = self._acceptance_card = ChartCard("acceptanceChart", self._chart_font)
         self._acceptance_set = QBarSet("acceptance")
         self._acceptance_series = QBarSeries()
         self._acceptance_series.append(self._acceptance_set)
@@ -693,7 +560,7 @@ class StatsPanel(QDockWidget):
         card.chart.addAxis(self._positions_axis, Qt.AlignmentFlag.AlignBottom)
         self._acceptance_series.attachAxis(self._positions_axis)
         percent = self._percent_axis = card.value_axis(Qt.AlignmentFlag.AlignLeft)
-        _set_range(percent, 0.0, 100.0, 25.0)
+        set_range(percent, 0.0, 100.0, 25.0)
         percent.setLabelFormat("%d%%")
         self._acceptance_series.attachAxis(percent)
         self._cards.append(card)
