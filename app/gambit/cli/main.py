@@ -124,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    _add_generate_parser(sub)
+    _add_bench_parser(sub)
+    add_models_parser(sub)
+    return parser
+
+
+def _add_generate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     gen = sub.add_parser("generate", help="stream a reply to one prompt")
     _add_model_args(gen)
     _add_sampling_args(gen, temp_default=0.7)
@@ -141,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("prompt", help="the user message")
 
+
+def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="target-only vs speculative on a prompt suite")
     _add_model_args(bench)
     _add_sampling_args(bench, temp_default=0.0)
@@ -198,9 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
         "(γ = --gamma) or fixed=N (repeatable; default: adaptive, fixed and off)",
     )
     bench.set_defaults(max_tokens=128)
-
-    add_models_parser(sub)
-    return parser
 
 
 def chosen_drafter(args: argparse.Namespace) -> DrafterSpec:

@@ -36,7 +36,7 @@ from gambit.errors import GambitError
 from gambit.storage.paths import cache_dir, log_dir
 
 if TYPE_CHECKING:
-    from gambit.engine.session import DrafterKind
+    from gambit.engine.drafters.registry import DrafterKind
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +303,45 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
     return min(len(a), len(b))
 
 
+def _report_installation(args: argparse.Namespace, report: Report) -> list[str]:
+    """The build, the machine and the stores (settings, library, history, free
+    disk); sets ``args.gpu_layers`` when it was left to the backend. Returns
+    the problems found."""
+    for line in about_lines():
+        key, _, value = line.partition(": ")
+        report(key, value)
+    from gambit.storage.check import check_storage
+
+    storage = check_storage()
+    for what, finding in storage.lines:
+        report(what, finding)
+    if args.gpu_layers is None:
+        from gambit.engine.backend import detect_backend
+
+        args.gpu_layers = -1 if detect_backend().gpu_offload else 0
+    report("gpu layers", "all" if args.gpu_layers < 0 else args.gpu_layers)
+    return list(storage.problems)
+
+
+def _check_identical(runs: list[RunResult], report: Report) -> list[str]:
+    """Greedy replies with speculation must equal target-only's (runs[0])."""
+    plain, problems = runs[0], []
+    if not plain.tokens:
+        problems.append("the model generated no tokens")
+    for run in runs[1:]:
+        if run.tokens == plain.tokens:
+            report(f"check {run.label}", f"identical to target only ({len(run.tokens)} tokens)")
+        else:
+            at = _first_difference(run.tokens, plain.tokens)
+            msg = (
+                f"{run.label} differs from target only at token {at} "
+                f"({len(run.tokens)} vs {len(plain.tokens)} tokens)"
+            )
+            report(f"check {run.label}", "MISMATCH: " + msg)
+            problems.append(msg)
+    return problems
+
+
 def run_selftest(
     args: argparse.Namespace,
     *,
@@ -315,20 +354,7 @@ def run_selftest(
     t_start = process_start_time(started_at)
     problems: list[str] = []
     try:
-        for line in about_lines():
-            key, _, value = line.partition(": ")
-            report(key, value)
-        from gambit.storage.check import check_storage
-
-        storage = check_storage()
-        for what, finding in storage.lines:
-            report(what, finding)
-        problems.extend(storage.problems)
-        if args.gpu_layers is None:
-            from gambit.engine.backend import detect_backend
-
-            args.gpu_layers = -1 if detect_backend().gpu_offload else 0
-        report("gpu layers", "all" if args.gpu_layers < 0 else args.gpu_layers)
+        problems.extend(_report_installation(args, report))
 
         target: Path | None = args.target
         if target is None:
@@ -361,19 +387,7 @@ def run_selftest(
             runs.append(_run(draft, target, "draft", args.draft, args))
             report(f"run {draft}", _describe(runs[-1], plain))
 
-        if not plain.tokens:
-            problems.append("the model generated no tokens")
-        for run in runs[1:]:
-            if run.tokens == plain.tokens:
-                report(f"check {run.label}", f"identical to target only ({len(run.tokens)} tokens)")
-            else:
-                at = _first_difference(run.tokens, plain.tokens)
-                msg = (
-                    f"{run.label} differs from target only at token {at} "
-                    f"({len(run.tokens)} vs {len(plain.tokens)} tokens)"
-                )
-                report(f"check {run.label}", "MISMATCH: " + msg)
-                problems.append(msg)
+        problems.extend(_check_identical(runs, report))
 
         if args.qt:
             qt_desc, qt_problem = _qt_check()

@@ -41,9 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The drafter kinds are declared in gambit.engine.drafters.registry (DrafterKind
-# and TREE_DRAFTERS are imported from here too).
-__all__ = ["TREE_DRAFTERS", "DrafterKind", "Engine", "EngineConfig"]
+__all__ = ["Engine", "EngineConfig"]
 TREE_NODES_MIN, TREE_NODES_MAX = 2, 16
 # Plain steps timed to re-measure the baseline after a reply (their median), and
 # the step time from which one is enough.

@@ -1,5 +1,2 @@
-"""Drafters propose tokens for the target to verify; see ``base.Drafter``."""
-
-from gambit.engine.drafters.base import Draft, Drafter
-
-__all__ = ["Draft", "Drafter"]
+"""Drafters propose tokens for the target to verify: ``base.Drafter`` is the
+protocol, ``registry`` declares each kind once."""
