@@ -3,27 +3,20 @@
 from __future__ import annotations
 
 import logging
-import time
-from typing import Any, TypeVar
 
-from PySide6.QtCore import QObject, QPoint, QSize, Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QAction, QCloseEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
     QLabel,
     QLineEdit,
-    QListWidget,
     QListWidgetItem,
     QMainWindow,
     QMenu,
-    QMessageBox,
-    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSplitter,
-    QStyledItemDelegate,
-    QStyleOptionViewItem,
     QToolBar,
     QVBoxLayout,
     QWidget,
@@ -41,8 +34,10 @@ from gambit.storage.settings import RELOADS, Settings, SettingsStore
 from gambit.ui.chat_view import ChatMessage, ChatView, reply_footer
 from gambit.ui.menus import MenuBar
 from gambit.ui.models_dialog.dialog import ModelsDialog
+from gambit.ui.reply_record import run_lengths, shown_messages, stats_dict, title_from
 from gambit.ui.settings_dialog import SettingsDialog
 from gambit.ui.stats_panel import StatsPanel
+from gambit.ui.window_widgets import ConversationList, InputEdit, LatencyProbe, named, open_message
 
 log = logging.getLogger(__name__)
 
@@ -51,54 +46,6 @@ _MODEL_FIELDS = ("target_model", "drafter", "draft_model")
 # The streaming reply is written to the history this often (and at every stop),
 # so that a crash or a kill loses at most this much of it.
 AUTOSAVE_MS = 1000
-
-
-class InputEdit(QPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line."""
-
-    submitted = Signal()
-
-    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
-        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
-            event.modifiers() & Qt.KeyboardModifier.ShiftModifier
-        ):
-            self.submitted.emit()
-            return
-        super().keyPressEvent(event)
-
-
-class _ElidingDelegate(QStyledItemDelegate):
-    """Items as wide as the list, not as their text: a list view lays items out at
-    their natural width, so a long title would scroll sideways instead of eliding."""
-
-    def sizeHint(self, option: QStyleOptionViewItem, index: Any) -> QSize:  # noqa: N802
-        hint = super().sizeHint(option, index)
-        return QSize(1, hint.height())
-
-
-class LatencyProbe:
-    """Measures how late the event loop serves a 20 ms timer: the longest
-    stretch the UI thread was blocked (the window's responsiveness)."""
-
-    INTERVAL_MS = 20
-
-    def __init__(self, parent: QWidget) -> None:
-        self.max_late_ms = 0.0
-        self._last = time.perf_counter()
-        self._timer = QTimer(parent)
-        self._timer.setInterval(self.INTERVAL_MS)
-        self._timer.timeout.connect(self._on_tick)
-        self._timer.start()
-
-    def reset(self) -> None:
-        self.max_late_ms = 0.0
-        self._last = time.perf_counter()
-
-    def _on_tick(self) -> None:
-        now = time.perf_counter()
-        late = (now - self._last) * 1000 - self.INTERVAL_MS
-        self.max_late_ms = max(self.max_late_ms, late)
-        self._last = now
 
 
 class MainWindow(QMainWindow):
@@ -143,46 +90,9 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ layout
     def _build(self) -> None:
-        self.sidebar = sidebar = _named(QWidget(), "sidebar")
-        side = QVBoxLayout(sidebar)
-        side.setContentsMargins(8, 8, 4, 8)
-        self.new_button = _named(QPushButton("New chat"), "newChatButton")
-        self.search = _named(QLineEdit(placeholderText="Search conversations"), "searchEdit")
-        self.search.setClearButtonEnabled(True)
-        self.list = _named(QListWidget(), "conversationList")
-        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        # Long titles end in "…" (the tooltip has them whole), never a sideways scroll.
-        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.list.setWordWrap(False)
-        self.list.setItemDelegate(_ElidingDelegate(self.list))
-        side.addWidget(self.new_button)
-        side.addWidget(self.search)
-        side.addWidget(self.list, 1)
-
-        centre = _named(QWidget(), "chatArea")
-        col = QVBoxLayout(centre)
-        col.setContentsMargins(4, 8, 8, 8)
-        self.chat = ChatView()
-        self.chat.highlight_drafted = self.settings.highlight_drafted
-        self.input = _named(InputEdit(), "inputEdit")
-        self.input.setPlaceholderText("Message Gambit — Enter to send, Shift+Enter for a new line")
-        self.input.setFixedHeight(96)
-        buttons = QHBoxLayout()
-        self.send_button = _named(QPushButton("Send"), "sendButton")
-        self.send_button.setDefault(True)
-        self.stop_button = _named(QPushButton("Stop"), "stopButton")
-        self.regen_button = _named(QPushButton("Regenerate"), "regenerateButton")
-        buttons.addStretch(1)
-        for b in (self.regen_button, self.stop_button, self.send_button):
-            buttons.addWidget(b)
-        col.addWidget(self.chat, 1)
-        col.addWidget(self.input)
-        col.addLayout(buttons)
-
-        splitter = _named(QSplitter(), "mainSplitter")
-        splitter.addWidget(sidebar)
-        splitter.addWidget(centre)
+        splitter = named(QSplitter(), "mainSplitter")
+        splitter.addWidget(self._build_sidebar())
+        splitter.addWidget(self._build_chat_area())
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([260, 900])
         self.setCentralWidget(splitter)
@@ -191,37 +101,8 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.stats)
         self.resizeDocks([self.stats], [420], Qt.Orientation.Horizontal)
         self.stats.setVisible(self.settings.show_stats)
-
-        toolbar = _named(QToolBar("Main"), "mainToolbar")
-        toolbar.setMovable(False)
-        self.addToolBar(toolbar)
-        self.speculation_action = _named(QAction("Speculation", self), "speculationAction")
-        self.speculation_action.setCheckable(True)
-        self.speculation_action.setChecked(self.settings.speculation)
-        self.models_action = _named(QAction("Models…", self), "modelsAction")
-        self.settings_action = _named(QAction("Settings…", self), "settingsAction")
-        self.menus = MenuBar(self)  # shortcuts and tooltips for these actions too
-        toolbar.addAction(self.speculation_action)
-        toolbar.addAction(self.menus.stats)
-        toolbar.addSeparator()
-        toolbar.addAction(self.models_action)
-        toolbar.addAction(self.settings_action)
-
-        self.model_label = _named(QLabel("No model"), "modelLabel")
-        self.spec_label = _named(QLabel(""), "speculationLabel")
-        self.load_busy = _named(QProgressBar(), "loadBusy")  # moves while a load runs
-        self.load_busy.setRange(0, 0)  # busy: loads report stages, not a fraction
-        self.load_busy.setMaximumSize(120, 14)
-        self.load_busy.setTextVisible(False)
-        self.load_busy.hide()
-        # Stops a layer-skip search (the one part of a load that can take minutes).
-        self.cancel_load_button = _named(QPushButton("Cancel"), "cancelLoadButton")
-        self.cancel_load_button.setToolTip("Stop the search for layers to skip")
-        self.cancel_load_button.hide()
-        self.statusBar().addPermanentWidget(self.load_busy)
-        self.statusBar().addPermanentWidget(self.cancel_load_button)
-        self.statusBar().addPermanentWidget(self.spec_label)
-        self.statusBar().addPermanentWidget(self.model_label)
+        self._build_toolbar()
+        self._build_status_bar()
         self._repaint = QTimer(self)  # streaming text repaints on a timer, not per token
         self._repaint.setInterval(50)
         self._repaint.timeout.connect(self.chat.flush_reply)
@@ -229,11 +110,79 @@ class MainWindow(QMainWindow):
         self._autosave = QTimer(self)
         self._autosave.setInterval(AUTOSAVE_MS)
         self._autosave.timeout.connect(self._save_partial)
+        self._update_buttons()
+
+    def _build_sidebar(self) -> QWidget:
+        self.sidebar = sidebar = named(QWidget(), "sidebar")
+        side = QVBoxLayout(sidebar)
+        side.setContentsMargins(8, 8, 4, 8)
+        self.new_button = named(QPushButton("New chat"), "newChatButton")
+        self.search = named(QLineEdit(placeholderText="Search conversations"), "searchEdit")
+        self.search.setClearButtonEnabled(True)
+        self.list = named(ConversationList(), "conversationList")
+        side.addWidget(self.new_button)
+        side.addWidget(self.search)
+        side.addWidget(self.list, 1)
+        return sidebar
+
+    def _build_chat_area(self) -> QWidget:
+        centre = named(QWidget(), "chatArea")
+        col = QVBoxLayout(centre)
+        col.setContentsMargins(4, 8, 8, 8)
+        self.chat = ChatView()
+        self.chat.highlight_drafted = self.settings.highlight_drafted
+        self.input = named(InputEdit(), "inputEdit")
+        self.input.setPlaceholderText("Message Gambit — Enter to send, Shift+Enter for a new line")
+        self.input.setFixedHeight(96)
+        buttons = QHBoxLayout()
+        self.send_button = named(QPushButton("Send"), "sendButton")
+        self.send_button.setDefault(True)
+        self.stop_button = named(QPushButton("Stop"), "stopButton")
+        self.regen_button = named(QPushButton("Regenerate"), "regenerateButton")
+        buttons.addStretch(1)
+        for b in (self.regen_button, self.stop_button, self.send_button):
+            buttons.addWidget(b)
+        col.addWidget(self.chat, 1)
+        col.addWidget(self.input)
+        col.addLayout(buttons)
+        return centre
+
+    def _build_toolbar(self) -> None:
+        toolbar = named(QToolBar("Main"), "mainToolbar")
+        toolbar.setMovable(False)
+        self.addToolBar(toolbar)
+        self.speculation_action = named(QAction("Speculation", self), "speculationAction")
+        self.speculation_action.setCheckable(True)
+        self.speculation_action.setChecked(self.settings.speculation)
+        self.models_action = named(QAction("Models…", self), "modelsAction")
+        self.settings_action = named(QAction("Settings…", self), "settingsAction")
+        self.menus = MenuBar(self)  # shortcuts and tooltips for these actions too
+        toolbar.addAction(self.speculation_action)
+        toolbar.addAction(self.menus.stats)
+        toolbar.addSeparator()
+        toolbar.addAction(self.models_action)
+        toolbar.addAction(self.settings_action)
+
+    def _build_status_bar(self) -> None:
+        self.model_label = named(QLabel("No model"), "modelLabel")
+        self.spec_label = named(QLabel(""), "speculationLabel")
+        self.load_busy = named(QProgressBar(), "loadBusy")  # moves while a load runs
+        self.load_busy.setRange(0, 0)  # busy: loads report stages, not a fraction
+        self.load_busy.setMaximumSize(120, 14)
+        self.load_busy.setTextVisible(False)
+        self.load_busy.hide()
+        # Stops a layer-skip search (the one part of a load that can take minutes).
+        self.cancel_load_button = named(QPushButton("Cancel"), "cancelLoadButton")
+        self.cancel_load_button.setToolTip("Stop the search for layers to skip")
+        self.cancel_load_button.hide()
+        self.statusBar().addPermanentWidget(self.load_busy)
+        self.statusBar().addPermanentWidget(self.cancel_load_button)
+        self.statusBar().addPermanentWidget(self.spec_label)
+        self.statusBar().addPermanentWidget(self.model_label)
         if self.store.in_memory:
             self.statusBar().addPermanentWidget(
-                _named(QLabel("⚠ Chats are not being saved"), "historyNotSavedLabel")
+                named(QLabel("⚠ Chats are not being saved"), "historyNotSavedLabel")
             )
-        self._update_buttons()
 
     def _connect(self) -> None:
         w = self.worker
@@ -361,7 +310,7 @@ class MainWindow(QMainWindow):
         self.chat.append_message(ChatMessage("user", text))
         try:
             if self.store.get(self.conversation_id).title == "New chat":
-                self.store.rename(self.conversation_id, _title_from(text))
+                self.store.rename(self.conversation_id, title_from(text))
         except Exception as exc:  # the message is stored; only its title is missing
             log.warning("could not title conversation %s: %s", self.conversation_id, exc)
         self._start_reply(config)
@@ -428,7 +377,7 @@ class MainWindow(QMainWindow):
         streaming = self.chat.streaming
         if self._reply_id is None or streaming is None or streaming.text == self._saved_text:
             return
-        stats = {"stop": "interrupted", "drafted": _run_lengths(tuple(streaming.drafted))}
+        stats = {"stop": "interrupted", "drafted": run_lengths(tuple(streaming.drafted))}
         try:
             self.store.update_message(self._reply_id, streaming.text, False, stats)
         except Exception as exc:
@@ -461,7 +410,7 @@ class MainWindow(QMainWindow):
         streaming = self.chat.streaming
         text = result.text if result else (streaming.text if streaming else "")
         failure: Exception | None = None
-        stats = _stats_dict(result, error)
+        stats = stats_dict(result, error)
         if self._reply_id is not None:
             complete = result is not None and error is None and not result.stopped_early
             try:
@@ -485,17 +434,8 @@ class MainWindow(QMainWindow):
 
     # --------------------------------------------------------- conversations
     def _refresh_list(self, *_: object, keep_selection: bool = True) -> None:
-        current = self.conversation_id
-        self.list.blockSignals(True)
-        self.list.clear()
-        for conv in self.store.list(self.search.text()):
-            item = QListWidgetItem(conv.title)
-            item.setData(Qt.ItemDataRole.UserRole, conv.id)
-            item.setToolTip(f"{conv.title}\n{conv.preview}" if conv.preview else conv.title)
-            self.list.addItem(item)
-            if keep_selection and conv.id == current:
-                self.list.setCurrentItem(item)
-        self.list.blockSignals(False)
+        select = self.conversation_id if keep_selection else None
+        self.list.fill(self.store.list(self.search.text()), select)
 
     @Slot()
     def _new_conversation(self) -> None:
@@ -516,18 +456,13 @@ class MainWindow(QMainWindow):
     def _on_conversation_selected(self, item: QListWidgetItem | None, _prev: object) -> None:
         if item is None or self.generating:
             return
-        conv_id = int(item.data(Qt.ItemDataRole.UserRole))
+        conv_id = self.list.conversation_id(item)
         if conv_id != self.conversation_id or not self.chat.messages:
             self.conversation_id = conv_id
             self._show_conversation(conv_id)
 
     def _show_conversation(self, conv_id: int) -> None:
-        shown = []
-        for m in self.store.messages(conv_id):
-            footer = reply_footer(m.stats) if m.role == "assistant" else ""
-            drafted = list(m.stats.get("drafted", [])) if m.stats else []
-            shown.append(ChatMessage(m.role, m.content, _expand(drafted, len(m.content)), footer))
-        self.chat.set_messages(shown)
+        self.chat.set_messages(shown_messages(self.store.messages(conv_id)))
         self._update_buttons()
 
     @Slot(QPoint)
@@ -535,7 +470,7 @@ class MainWindow(QMainWindow):
         item = self.list.itemAt(pos)
         if item is None or self.generating:
             return
-        conv_id = int(item.data(Qt.ItemDataRole.UserRole))
+        conv_id = self.list.conversation_id(item)
         menu = QMenu(self)
         rename = menu.addAction("Rename…")
         delete = menu.addAction("Delete")
@@ -642,12 +577,7 @@ class MainWindow(QMainWindow):
         self._show_error(title, message)
 
     def _show_error(self, title: str, message: str, warning: bool = False) -> None:
-        icon = QMessageBox.Icon.Warning if warning else QMessageBox.Icon.Critical
-        box = QMessageBox(icon, title, message, parent=self)
-        box.setObjectName("warningDialog" if warning else "errorDialog")
-        box.setWindowModality(Qt.WindowModality.WindowModal)
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        box.open()  # not exec(): the window (and its event loop) carries on
+        open_message(self, title, message, warning)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self._closing = True
@@ -662,63 +592,3 @@ class MainWindow(QMainWindow):
         self.worker_thread.stop()
         self.store.close()
         super().closeEvent(event)
-
-
-_W = TypeVar("_W", bound=QObject)
-
-
-def _named(obj: _W, name: str) -> _W:
-    """Give a widget the objectName that tests and style sheets find it by."""
-    obj.setObjectName(name)
-    return obj
-
-
-def _title_from(text: str) -> str:
-    words = " ".join(text.split())
-    return words if len(words) <= 48 else words[:47].rstrip() + "…"
-
-
-def _stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
-    if result is None:
-        return {"stop": "error", "error": error}
-    s = result.snapshot
-    return {
-        "stop": "error" if error else result.stop,
-        "error": error,
-        "tokens": s.n_tokens,
-        # The figures of gambit.engine.metrics, as the panel shows them.
-        "tokens_per_s": s.tokens_per_s,
-        "baseline_tokens_per_s": s.baseline_tokens_per_s,
-        "speedup": s.speedup,  # None: nothing drafted, no claim
-        "drafted_tokens": s.n_drafted,
-        "accepted_tokens": s.n_accepted,
-        "acceptance_rate": s.acceptance_rate,
-        "ttft_ms": s.ttft_ms,
-        "p99_ms": s.p99_ms,
-        "speculation": result.speculation,
-        # run-length encoded per-character drafted flags, to redraw the highlight
-        "drafted": _run_lengths(result.drafted),
-    }
-
-
-def _run_lengths(flags: tuple[bool, ...]) -> list[int]:
-    """[n_false, n_true, n_false, ...] — compact enough to store per message."""
-    runs: list[int] = []
-    current, count = False, 0
-    for f in flags:
-        if f == current:
-            count += 1
-        else:
-            runs.append(count)
-            current, count = f, 1
-    runs.append(count)
-    return runs
-
-
-def _expand(runs: list[int], length: int) -> list[bool]:
-    flags: list[bool] = []
-    value = False
-    for n in runs:
-        flags.extend([value] * int(n))
-        value = not value
-    return (flags + [False] * length)[:length]

@@ -1,0 +1,77 @@
+"""How a reply is stored with its figures, and drawn again from them.
+
+The window writes these dicts with each assistant message and reads them back
+when a conversation is reopened, so the footer and the drafted-text highlight
+look as they did when the reply streamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from gambit.qt.worker import ReplyResult
+from gambit.storage.rows import StoredMessage
+from gambit.ui.chat_view import ChatMessage, reply_footer
+
+
+def title_from(text: str) -> str:
+    """A conversation's title from its first message: one line, at most 48 characters."""
+    words = " ".join(text.split())
+    return words if len(words) <= 48 else words[:47].rstrip() + "…"
+
+
+def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
+    if result is None:
+        return {"stop": "error", "error": error}
+    s = result.snapshot
+    return {
+        "stop": "error" if error else result.stop,
+        "error": error,
+        "tokens": s.n_tokens,
+        # The figures of gambit.engine.metrics, as the panel shows them.
+        "tokens_per_s": s.tokens_per_s,
+        "baseline_tokens_per_s": s.baseline_tokens_per_s,
+        "speedup": s.speedup,  # None: nothing drafted, no claim
+        "drafted_tokens": s.n_drafted,
+        "accepted_tokens": s.n_accepted,
+        "acceptance_rate": s.acceptance_rate,
+        "ttft_ms": s.ttft_ms,
+        "p99_ms": s.p99_ms,
+        "speculation": result.speculation,
+        # run-length encoded per-character drafted flags, to redraw the highlight
+        "drafted": run_lengths(result.drafted),
+    }
+
+
+def run_lengths(flags: tuple[bool, ...]) -> list[int]:
+    """[n_false, n_true, n_false, ...] — compact enough to store per message."""
+    runs: list[int] = []
+    current, count = False, 0
+    for f in flags:
+        if f == current:
+            count += 1
+        else:
+            runs.append(count)
+            current, count = f, 1
+    runs.append(count)
+    return runs
+
+
+def expand(runs: list[int], length: int) -> list[bool]:
+    flags: list[bool] = []
+    value = False
+    for n in runs:
+        flags.extend([value] * int(n))
+        value = not value
+    return (flags + [False] * length)[:length]
+
+
+def shown_messages(stored: Iterable[StoredMessage]) -> list[ChatMessage]:
+    """The stored messages as the chat view draws them: footer and highlight included."""
+    shown = []
+    for m in stored:
+        footer = reply_footer(m.stats) if m.role == "assistant" else ""
+        drafted = list(m.stats.get("drafted", [])) if m.stats else []
+        shown.append(ChatMessage(m.role, m.content, expand(drafted, len(m.content)), footer))
+    return shown
