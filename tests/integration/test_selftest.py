@@ -91,7 +91,7 @@ def test_app_entry_self_test_needs_no_display(smol_q4_1: Path, tmp_path: Path) -
     assert proc.returncode == 0, proc.stdout + proc.stderr
     info = _lines(proc.stdout)
     assert info["result"] == "PASS"
-    assert "QtWidgets + QtCharts ok" in info["qt"]
+    assert "QtWidgets + QtCharts + Gambit's UI ok" in info["qt"]  # the window's check
     assert "offscreen" in info["qt"]
     # A window was really opened, in a child process, on the plugin Qt has without a display.
     assert "no display (DISPLAY and WAYLAND_DISPLAY unset): a window opened offscreen" in info["qt"]

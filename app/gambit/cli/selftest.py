@@ -196,15 +196,17 @@ def kernel_lines() -> list[str]:
     ]
 
 
-def _qt_check() -> tuple[str, str | None]:
-    """Import Qt and the UI modules, open a window in a child process; returns
-    (description, problem)."""
+def _qt_check(ui_check: Callable[[], object] | None) -> tuple[str, str | None]:
+    """Import Qt (and, with ``ui_check``, the UI: the window's ``--self-test``
+    passes one, which keeps this module below the UI), open a window in a
+    child process; returns (description, problem)."""
     try:
         import PySide6
         from PySide6 import QtCharts, QtWidgets  # noqa: F401  (the modules must load)
         from PySide6.QtCore import QLibraryInfo
 
-        import gambit.ui.main_window  # noqa: F401  (the whole UI is bundled)
+        if ui_check is not None:
+            ui_check()
     except Exception as exc:
         return "not usable", f"Qt or the UI failed to load: {type(exc).__name__}: {exc}"
     plugins = Path(QLibraryInfo.path(QLibraryInfo.LibraryPath.PluginsPath)) / "platforms"
@@ -213,7 +215,8 @@ def _qt_check() -> tuple[str, str | None]:
         for p in plugins.glob("*")
         if p.suffix in {".so", ".dylib", ".dll"}
     )
-    desc = f"PySide6 {PySide6.__version__}, QtWidgets + QtCharts ok, platforms: {', '.join(names)}"
+    loaded = "QtWidgets + QtCharts" + (" + Gambit's UI" if ui_check is not None else "")
+    desc = f"PySide6 {PySide6.__version__}, {loaded} ok, platforms: {', '.join(names)}"
     if not names:
         return desc, f"no Qt platform plugins in {plugins}"
     from gambit.qt.window_probe import check_window
@@ -347,8 +350,10 @@ def run_selftest(
     *,
     started_at: float | None = None,
     out: Callable[[str], None] | None = _stdout_line,
+    ui_check: Callable[[], object] | None = None,
 ) -> int:
-    """Run the self-test described by ``args`` (see ``build_parser``); 0 = passed."""
+    """Run the self-test described by ``args`` (see ``build_parser``); 0 = passed.
+    ``ui_check`` imports the UI (the window passes it: see ``_qt_check``)."""
     report = Report(out)
     report("Gambit self-test")
     t_start = process_start_time(started_at)
@@ -390,7 +395,7 @@ def run_selftest(
         problems.extend(_check_identical(runs, report))
 
         if args.qt:
-            qt_desc, qt_problem = _qt_check()
+            qt_desc, qt_problem = _qt_check(ui_check)
             report("qt", qt_desc)
             if qt_problem:
                 problems.append(qt_problem)
@@ -432,13 +437,19 @@ def build_parser(prog: str = "gambit --self-test") -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, *, started_at: float | None = None) -> int:
-    """``python -m gambit.cli.selftest``; ``gambit --self-test`` lands here too."""
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    started_at: float | None = None,
+    ui_check: Callable[[], object] | None = None,
+) -> int:
+    """``python -m gambit.cli.selftest``; ``gambit --self-test`` lands here too,
+    with ``ui_check``."""
     args = build_parser().parse_args(argv)
     from gambit.logs import setup_logging
 
     setup_logging(args.verbose)
-    return run_selftest(args, started_at=started_at)
+    return run_selftest(args, started_at=started_at, ui_check=ui_check)
 
 
 def about_main() -> int:

@@ -55,6 +55,11 @@ def _show_crash_box(report: Path, summary: str) -> None:
         QTimer.singleShot(0, app, show)  # runs on the GUI thread
 
 
+def _import_ui() -> None:
+    """The self-test's check that the whole UI is there (bundled, importable)."""
+    import gambit.ui.main_window  # noqa: F401
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["--gambit-kernel-probe"]:  # a bundle starts itself as the probe child
@@ -73,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         install_crash_handler()
         rest = [a for a in args_in if a != "--self-test"]
-        return selftest_main(rest, started_at=_T_START)
+        return selftest_main(rest, started_at=_T_START, ui_check=_import_ui)
 
     parser = argparse.ArgumentParser(
         prog="gambit",
