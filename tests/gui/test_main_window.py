@@ -84,7 +84,10 @@ def test_send_streams_a_reply_and_saves_it(qtbot: QtBot, window: MainWindow) -> 
     wait_reply(qtbot, window)
     reply = window.chat.messages[-1]
     assert reply.role == "assistant" and reply.text.strip()
-    assert len(deltas) > 3  # streamed, not delivered at once
+    # Streamed round by round, not delivered at once (prompt lookup copies
+    # this reply in a few long rounds, so a few deltas are all there is).
+    assert len(deltas) >= 2
+    assert "".join(d.text for d in deltas).strip() == reply.text.strip()  # type: ignore[attr-defined]
     assert "tok/s" in reply.footer
     stored = window.store.messages(window.conversation_id or -1)
     assert [m.role for m in stored] == ["user", "assistant"]

@@ -24,7 +24,6 @@ from gambit.models.derive_advice import (
 )
 from gambit.models.pairing import pair_report
 
-MODEL_CACHE = Path(os.environ.get("GAMBIT_CACHE", Path.home() / ".cache" / "gambit"))
 STEEP = CostCurve(tuple(1.0 + 0.5 * (k - 1) for k in range(1, 10)), True, "measured: steep")
 
 
@@ -80,12 +79,16 @@ def test_a_costly_verification_says_it_cannot_pay(smol_q8_0: Path) -> None:
 def test_the_cost_curve_comes_from_the_kernel_probe_when_cached(
     tmp_path: Path, smol_q8_0: Path
 ) -> None:
-    assert cached_curve(smol_q8_0, n_threads=1, cache_dir=tmp_path) is None  # never probed
-    cached = MODEL_CACHE / "kernels.json"
-    if cached.is_file():  # a verdict probed by other tests saves a few seconds of probing
-        shutil.copy(cached, tmp_path / "kernels.json")
-    verdict = KernelProbe(tmp_path).verdict(smol_q8_0, 1, 0, 9)
-    curve = cached_curve(smol_q8_0, n_threads=1, cache_dir=tmp_path)
+    # A file of its own (verdicts are keyed by path), so that no probe run by
+    # another test in this process can have seen it.
+    model = tmp_path / "own.Q8_0.gguf"
+    try:
+        os.link(smol_q8_0, model)
+    except OSError:
+        shutil.copy(smol_q8_0, model)
+    assert cached_curve(model, n_threads=1, cache_dir=tmp_path) is None  # never probed
+    verdict = KernelProbe(tmp_path).verdict(model, 1, 0, 9)
+    curve = cached_curve(model, n_threads=1, cache_dir=tmp_path)
     assert curve is not None and curve.measured and len(curve.ratios) == 9
     probed = verdict.result(verdict.exact())
     assert probed is not None
