@@ -116,3 +116,13 @@ def test_a_recommendation_becomes_settings(tmp_path: Path) -> None:
     missing = {**report, "draft": str(tmp_path / "gone.gguf")}
     with pytest.raises(GambitError, match="cannot be applied: Draft model file not found"):
         measurements.recommended_settings(base, missing)
+
+
+def test_measurements_saved_in_one_millisecond_list_in_order(tmp_path: Path) -> None:
+    folder = tmp_path / "measurements"
+    folder.mkdir()
+    names = ["measure-20261201-001630-100.json", "measure-20261201-001630-100-2.json",
+             "measure-20261201-001630-100-10.json", "measure-20261201-001630-101.json"]  # fmt: skip
+    for i, name in enumerate(names):
+        (folder / name).write_text(json.dumps(_report(str(i), "t")), encoding="utf-8")
+    assert [m.headline for m in measurements.list_saved(folder)] == ["3", "2", "1", "0"]

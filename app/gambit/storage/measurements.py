@@ -85,7 +85,7 @@ def list_saved(folder: Path | None = None) -> list[SavedMeasurement]:
     """Every readable measurement, newest first (unreadable files are skipped)."""
     folder = folder or measurements_dir()
     try:
-        files = sorted(folder.glob(f"{PREFIX}*.json"), reverse=True)
+        files = sorted(folder.glob(f"{PREFIX}*.json"), key=_newness, reverse=True)
     except OSError:
         return []
     saved = []
@@ -97,6 +97,16 @@ def list_saved(folder: Path | None = None) -> list[SavedMeasurement]:
             continue
         saved.append(summary(report, path))
     return saved
+
+
+def _newness(path: Path) -> tuple[str, int]:
+    """Sort key: the time stamp, then the counter a second file in the same
+    millisecond got ("-2", "-3"; plain string order would put "-2" first)."""
+    stem = path.stem.removeprefix(PREFIX)
+    base, _, counter = stem.rpartition("-")
+    if base.count("-") == 2 and counter.isdigit():  # <date>-<time>-<ms>-<n>
+        return base, int(counter)
+    return stem, 1
 
 
 def summary(report: Mapping[str, Any], path: Path) -> SavedMeasurement:
