@@ -188,25 +188,29 @@ def derive_targets(args: RegimeArgs, log: Log) -> dict[str, Path]:
     return paths
 
 
-def _layer_skip_draft(target: Path, args: RegimeArgs, log: Log) -> Path:
-    from gambit.models.layerskip import ensure_layer_skip_draft
-    from gambit.models.library import ModelLibrary
+def _draft_file(target: Path, drafter: DrafterKind, args: RegimeArgs, log: Log) -> Path | None:
+    """The draft of ``drafter``: the source model, or one derived from ``target``
+    (kept in the work folder, so only the first run derives it)."""
+    from gambit.models.drafter_files import resolve_drafter_file
 
-    log(f"finding layers to skip in {target.name} (cached after the first run)…")
-    library = ModelLibrary(models_dir=args.work_dir)
-    return ensure_layer_skip_draft(target, library=library, options=args.options).path
+    def announce(activity: str) -> None:
+        log(f"{activity[:1].lower()}{activity[1:]} in {target.name} (cached after the first run)…")
+
+    return resolve_drafter_file(
+        drafter,
+        target,
+        chosen=args.source,
+        models_dir=args.work_dir,
+        progress=announce,
+        options=args.options,
+    ).path
 
 
 def run_pair(
     args: RegimeArgs, target: Path, drafter: DrafterKind, log: Log
 ) -> tuple[dict[str, Cell], CostModel, str]:
     """Every prompt under every mode for one target and drafter."""
-    source = spec(drafter).file
-    draft = (
-        args.source if source == "chosen"
-        else _layer_skip_draft(target, args, log) if source == "derived"
-        else None
-    )  # fmt: skip
+    draft = _draft_file(target, drafter, args, log)
     engine = Engine(
         EngineConfig(
             target=target,

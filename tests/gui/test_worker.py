@@ -149,7 +149,7 @@ def test_layer_skip_request_finds_the_draft_then_loads(
     request = EngineRequest(
         target=settings.target_path(),
         make_config=settings.engine_config,
-        layer_skip=True,
+        drafter="layerskip",
         options=settings.target_options(),
     )
     info = _load(qtbot, worker, request)
@@ -184,7 +184,7 @@ def test_layer_skip_search_stops_on_cancel_and_on_close(
 
     monkeypatch.setattr(layerskip, "ensure_layer_skip_draft", ensure)
     settings = Settings(target_model=str(smol_q4_1), drafter="layerskip")
-    request = EngineRequest(settings.target_path(), settings.engine_config, layer_skip=True)
+    request = EngineRequest(settings.target_path(), settings.engine_config, drafter="layerskip")
 
     thread = WorkerThread()
     requests = Requests()

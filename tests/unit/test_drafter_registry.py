@@ -4,6 +4,7 @@ with it."""
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from gambit.engine.drafters.registry import (
     tag,
 )
 from gambit.engine.session import EngineConfig
+from gambit.errors import ModelFileError
 from gambit.measure import DRAFTER_LABELS
+from gambit.models.drafter_files import DERIVATIONS, DraftFile, resolve_drafter_file
 from gambit.storage.settings import Settings
 
 
@@ -83,3 +86,39 @@ def test_settings_resolve_the_draft_file_by_the_record(tmp_path: Path) -> None:
         EngineConfig(target=target, drafter="draft")
     problems = Settings(drafter="bogus").validate()  # type: ignore[arg-type]
     assert any(p.startswith("Drafter must be one of") for p in problems)
+
+
+def test_every_derived_kind_has_its_derivation() -> None:
+    derived = {kind for kind, record in DRAFTERS.items() if record.file == "derived"}
+    assert set(DERIVATIONS) == derived
+    assert all(d.activity and d.cancelled for d in DERIVATIONS.values())
+
+
+def test_files_of_kinds_that_derive_nothing_are_resolved_without_deriving(tmp_path: Path) -> None:
+    activities: list[str] = []
+
+    def progress(activity: str) -> None:
+        activities.append(activity)
+
+    chosen = tmp_path / "draft.gguf"
+    assert resolve_drafter_file("none", tmp_path / "t.gguf", chosen=chosen, progress=progress) == (
+        DraftFile(None)
+    )
+    assert resolve_drafter_file("lookup", tmp_path / "t.gguf", progress=progress).path is None
+    assert resolve_drafter_file("draft", tmp_path / "t.gguf", chosen=chosen).path == chosen
+    assert activities == []
+
+
+def test_a_derived_file_is_derived_from_the_target(tmp_path: Path) -> None:
+    activities: list[str] = []
+
+    def progress(activity: str) -> None:
+        activities.append(activity)
+
+    target = tmp_path / "not-a-model.gguf"
+    target.write_bytes(b"plain text, no GGUF header")
+    # The derivation reads the target first: a file that is no model stops it
+    # with a message that names the file.
+    with pytest.raises(ModelFileError, match=re.escape("not-a-model.gguf")):
+        resolve_drafter_file("layerskip", target, progress=progress)
+    assert activities == [DERIVATIONS["layerskip"].activity]

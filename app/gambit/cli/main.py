@@ -33,6 +33,7 @@ from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.fsutil import NO_COUNTS, Progress
 from gambit.models.default_model import default_model_path
+from gambit.models.drafter_files import resolve_drafter_file
 from gambit.storage.paths import cache_dir, resources_dir
 
 
@@ -228,17 +229,14 @@ def _engine_config(args: argparse.Namespace, cancel: threading.Event | None = No
         n_gpu_layers=args.gpu_layers,
         strict_batch_invariance=not args.fast_kernels,
     )
-    draft = args.draft if drafter.file == "chosen" else None
-    if drafter.file == "derived":
-        from gambit.models.layerskip import ensure_layer_skip_draft
-
-        result = ensure_layer_skip_draft(
-            target,
-            progress=_stderr_progress("Finding layers to skip"),
-            options=options,
-            cancel=cancel,
-        )
-        draft = result.path
+    draft = resolve_drafter_file(
+        drafter.kind,
+        target,
+        chosen=args.draft,
+        progress=_stderr_progress,
+        options=options,
+        cancel=cancel,
+    ).path
     policy: PolicyMode = args.policy if args.command == "generate" else "adaptive"
     return EngineConfig(
         target=target,

@@ -70,8 +70,8 @@ class EngineConfig:
     kernel_cache: Path | None = None
 
     def __post_init__(self) -> None:
-        # (drafter="layerskip" may leave it to be found or derived at load:
-        # gambit.models.layerskip.ensure_layer_skip_draft)
+        # (a drafter whose file is derived may leave it to be found or derived
+        # at load: gambit.models.drafter_files.resolve_drafter_file)
         if spec(self.drafter).file == "chosen" and self.draft is None:
             raise ValueError(f"a draft model path is needed for drafter={self.drafter!r}")
         if not TREE_NODES_MIN <= self.tree_nodes <= TREE_NODES_MAX:

@@ -5,7 +5,7 @@ object; all llama calls happen there (llama.cpp releases the GIL inside its
 native calls, so the window stays live). Requests arrive as queued signals;
 results leave as frozen dataclasses. ``cancel``, ``close`` and
 ``set_speculation`` are called directly from the UI thread: they only set a
-``threading.Event`` or a bool that the round loop (or a layer-skip search)
+``threading.Event`` or a bool that the round loop (or a draft's derivation)
 reads between steps.
 """
 
@@ -25,11 +25,13 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from gambit.engine.backend import BackendInfo, detect_backend
 from gambit.engine.chat import Message
 from gambit.engine.decoder import GenerationConfig, StopReason
-from gambit.engine.drafters.registry import DRAFTERS
+from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
 from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError, OperationCancelledError
+from gambit.fsutil import Progress
+from gambit.models.drafter_files import DERIVATIONS, resolve_drafter_file
 
 if TYPE_CHECKING:
     from gambit.measure_history import MeasureRequest
@@ -58,15 +60,20 @@ class EngineInfo:
 @dataclass(frozen=True)
 class EngineRequest:
     """An engine to load once the worker has done the slow parts, off the UI thread:
-    fetching the embedded default model (``target`` None) and, with ``layer_skip``,
-    finding the target's layer-skip draft (cached; about a minute the first time).
-    ``make_config(target, layer_skip_draft)`` then builds the config
-    (``Settings.engine_config``)."""
+    fetching the embedded default model (``target`` None) and, for a ``drafter``
+    whose file is derived from the target (``derives``), finding or deriving that
+    file (cached; a minute or more the first time). ``make_config(target,
+    derived_draft)`` then builds the config (``Settings.engine_config``)."""
 
     target: Path | None
     make_config: Callable[[Path, Path | None], EngineConfig]
-    layer_skip: bool = False
-    options: RuntimeOptions | None = None  # how the layer-skip search runs the target
+    drafter: DrafterKind = "none"
+    options: RuntimeOptions | None = None  # how a derivation runs the target
+
+    @property
+    def derives(self) -> bool:
+        """Whether the drafter's file is derived before the load (the user may cancel it)."""
+        return DRAFTERS[self.drafter].file == "derived"
 
 
 @dataclass(frozen=True)
@@ -134,7 +141,7 @@ class EngineWorker(QObject):
     @Slot(object, object)
     def load(self, config: EngineConfig | EngineRequest | None, make_config: object) -> None:
         """Load ``config``: an ``EngineConfig`` as it is, an ``EngineRequest`` once its
-        target and layer-skip draft are found; with None, provision the default
+        target and derived draft are found; with None, provision the default
         model and call ``make_config(path)`` to build the config around it."""
         t0 = time.perf_counter()
         self._close_engine()
@@ -176,9 +183,9 @@ class EngineWorker(QObject):
     def _resolve(self, request: EngineRequest) -> tuple[EngineConfig, str | None]:
         """The config, and why the chosen drafter is not in it (or None)."""
         target = request.target if request.target is not None else self._default_model()
-        if not request.layer_skip:
+        if not request.derives:
             return request.make_config(target, None), None
-        draft, refused = self._layer_skip_draft(target, request.options)
+        draft, refused = self._derived_draft(request.drafter, target, request.options)
         config = request.make_config(target, draft)
         if refused is not None:  # the model runs without a drafter
             config = replace(config, drafter="none", draft=None, tree=False)
@@ -194,34 +201,33 @@ class EngineWorker(QObject):
 
         return default_model_path(progress=progress)
 
-    def _layer_skip_draft(
-        self, target: Path, options: RuntimeOptions | None
+    def _derived_draft(
+        self, drafter: DrafterKind, target: Path, options: RuntimeOptions | None
     ) -> tuple[Path | None, str | None]:
-        """The layer-skip draft of ``target``: from the cache, or searched for now
-        (about a minute, the first time); or None and why, when drafting with it
-        would not pay or ``cancel`` stopped the search. Closing the window stops
-        the search too, and the load fails (``LayerSkipCancelledError``)."""
-        from gambit.models.layerskip import ensure_layer_skip_draft
+        """``drafter``'s file derived from ``target``: from the cache, or derived
+        now (a minute or more, the first time); or None and why, when drafting
+        with it would not pay or ``cancel`` stopped the derivation. Closing the
+        window stops it too, and the load fails (``OperationCancelledError``)."""
 
-        def progress(stage: str, done: int, total: int) -> None:
-            pct = int(100 * done / total) if total else 100
-            self.load_progress.emit(f"Finding layers to skip: {stage} — {pct}%")
+        def progress_of(activity: str) -> Progress:
+            self.load_progress.emit(f"{activity} in {target.name}…")
 
-        self.load_progress.emit(f"Finding layers to skip in {target.name}…")
+            def progress(stage: str, done: int, total: int) -> None:
+                pct = int(100 * done / total) if total else 100
+                self.load_progress.emit(f"{activity}: {stage} — {pct}%")
+
+            return progress
+
         try:
-            result = ensure_layer_skip_draft(
-                target, progress=progress, cancel=self._cancel, options=options
+            found = resolve_drafter_file(
+                drafter, target, progress=progress_of, cancel=self._cancel, options=options
             )
         except OperationCancelledError:
             if self._closing.is_set():
                 raise
-            self._cancel.clear()  # meant for the search, not for the load that follows
-            return None, (
-                "The search for layers to skip was cancelled, so self-speculation was not "
-                "switched on."
-            )
-        refusal = result.plan.refusal()
-        return (None, refusal) if refusal is not None else (result.path, None)
+            self._cancel.clear()  # meant for the derivation, not for the load that follows
+            return None, DERIVATIONS[drafter].cancelled
+        return (None, found.refusal) if found.refusal is not None else (found.path, None)
 
     @Slot(object, object)
     def generate(self, messages: list[Message], config: GenerationConfig) -> None:

@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
 )
 
 from gambit.engine.decoder import GenerationConfig
-from gambit.engine.drafters.registry import DRAFTERS
 from gambit.errors import GambitError
 from gambit.models.library import ModelLibrary
 from gambit.models.settings_check import model_file_problems
@@ -219,11 +218,11 @@ class MainWindow(QMainWindow):
         request = EngineRequest(
             target=s.target_path(),
             make_config=s.engine_config,
-            layer_skip=DRAFTERS[s.drafter].file == "derived",  # found before the load
+            drafter=s.drafter,  # a derived draft file is found before the load
             options=s.target_options(),
         )
         self.cancel_load_button.setEnabled(True)
-        self.cancel_load_button.setVisible(request.layer_skip)
+        self.cancel_load_button.setVisible(request.derives)
         self.request_load.emit(request, None)
         self._update_buttons()
 

@@ -4,7 +4,8 @@ The command line, the settings (validation and dialog), the models dialog,
 the measurements and the benchmarks read these records instead of spelling
 out the kinds themselves. Adding a drafter is its module under
 ``engine/drafters/`` plus one entry in ``DRAFTERS`` (and, for ``file="derived"``,
-the code that derives its file, which lives above the engine).
+the code that derives its file, which lives above the engine: its entry in
+``gambit.models.drafter_files.DERIVATIONS``).
 """
 
 from __future__ import annotations
