@@ -9,7 +9,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from gambit.storage.settings import LABELS, RELOADS, SETTINGS, Settings
+from gambit.models.settings_check import model_file_problems
+from gambit.storage.settings import LABELS, MODEL_FIELDS, RELOADS, SETTINGS, Settings
 
 FIELDS = [f.name for f in dataclasses.fields(Settings)]
 _TYPES = typing.get_type_hints(Settings)
@@ -61,6 +62,38 @@ def test_a_field_reaches_the_engine_exactly_when_it_is_declared_to_reload(
     missing = reaching - RELOADS
     assert not missing, f"reach the engine but are not declared reloads=True: {missing}"
     assert reaching == RELOADS
+
+
+def test_a_field_changes_the_model_files_exactly_when_it_is_declared_model_file(
+    tmp_path: Path,
+) -> None:
+    """For each field, under each drafter: change it alone and compare the model
+    files the settings name. A change of files is checked before it is applied
+    (the window reads MODEL_FIELDS), so a field that changes them without the
+    declaration would skip that check."""
+    changing: set[str] = set()
+    for drafter in ("none", "lookup", "draft", "layerskip"):
+        base = Settings(drafter=drafter, draft_model=str(tmp_path / "d.gguf"))
+        before = (base.target_path(), base.draft_path())
+        for name in FIELDS:
+            changed = base.with_(**{name: _other(name, getattr(base, name), tmp_path)})
+            if (changed.target_path(), changed.draft_path()) != before:
+                changing.add(name)
+    assert changing == MODEL_FIELDS == {"target_model", "drafter", "draft_model"}
+    assert MODEL_FIELDS <= RELOADS  # new files: the models are loaded again
+
+
+def test_the_file_check_reports_only_declared_model_fields(tmp_path: Path) -> None:
+    for name in ("target", "draft"):
+        (tmp_path / f"{name}.gguf").write_bytes(b"not a model")
+    s = Settings(
+        target_model=str(tmp_path / "target.gguf"),
+        drafter="draft",
+        draft_model=str(tmp_path / "draft.gguf"),
+    )
+    problems = model_file_problems(s)
+    assert set(problems) == {"target_model", "draft_model"}
+    assert set(problems) <= MODEL_FIELDS
 
 
 def test_validation_reads_the_declared_ranges() -> None:

@@ -67,11 +67,15 @@ class Setting:
     dialog's range where it is narrower than the valid one (or has no end).
     ``problem``: a rule shared with the command line (``engine.limits``); a
     value it refuses crashes llama.cpp, so a settings file never loads it.
+    ``model_file``: it names a model file or decides which ones load, so a
+    change has the files checked (``models.settings_check``) before the
+    running model is unloaded for it.
     """
 
     label: str
     help: str = ""
     reloads: bool = False
+    model_file: bool = False
     low: float | None = None
     high: float | None = None
     low_open: bool = False
@@ -110,10 +114,11 @@ class Settings:
     """
 
     # Models
-    target_model: str = _setting("", "Target model", reloads=True)  # "": the embedded default
+    # target_model "": the embedded default; draft_model: with file="chosen" drafters
+    target_model: str = _setting("", "Target model", reloads=True, model_file=True)
     # (RUF009: _setting returns a dataclasses.field, as ruff cannot see)
-    drafter: DrafterKind = _setting("lookup", "Drafter", reloads=True)  # noqa: RUF009
-    draft_model: str = _setting("", "Draft model", reloads=True)  # with file="chosen" drafters
+    drafter: DrafterKind = _setting("lookup", "Drafter", reloads=True, model_file=True)  # noqa: RUF009
+    draft_model: str = _setting("", "Draft model", reloads=True, model_file=True)
     # Speculation
     speculation: bool = _setting(  # off: the drafter stays loaded, rounds draft nothing
         True,
@@ -371,7 +376,9 @@ class Settings:
             drafter=self.drafter,
             draft=draft,
             target_options=target_options,
-            draft_options=dataclasses.replace(target_options, n_gpu_layers=self.gpu_layers_draft),
+            draft_options=dataclasses.replace(
+                target_options, n_gpu_layers=self.gpu_layers_draft, rpc_workers=()
+            ),
             policy=self.policy,
             gamma=self.fixed_gamma,
             gamma_max=self.gamma_max,
@@ -401,6 +408,8 @@ SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in dataclass
 LABELS: dict[str, str] = {name: declared.label for name, declared in SETTINGS.items()}
 # The settings whose change needs the models loaded again.
 RELOADS: frozenset[str] = frozenset(n for n, declared in SETTINGS.items() if declared.reloads)
+# The settings whose change has the model files checked before it is applied.
+MODEL_FIELDS: frozenset[str] = frozenset(n for n, d in SETTINGS.items() if d.model_file)
 
 
 def _in_range(declared: Setting, value: float, values: dict[str, Any]) -> bool:

@@ -29,7 +29,7 @@ from gambit.models.settings_check import model_file_problems
 from gambit.qt.worker import EngineInfo, EngineRequest, ReplyDelta, ReplyResult, WorkerThread
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history import prompt_messages
-from gambit.storage.settings import RELOADS, Settings, SettingsStore
+from gambit.storage.settings import MODEL_FIELDS, RELOADS, Settings, SettingsStore
 from gambit.ui.chat_view import ChatMessage, ChatView, reply_footer
 from gambit.ui.menus import MenuBar
 from gambit.ui.models_dialog.dialog import ModelsDialog
@@ -39,8 +39,6 @@ from gambit.ui.stats_panel import StatsPanel
 from gambit.ui.window_widgets import ConversationList, InputEdit, LatencyProbe, named, open_message
 
 log = logging.getLogger(__name__)
-
-_MODEL_FIELDS = ("target_model", "drafter", "draft_model")
 
 # The streaming reply is written to the history this often (and at every stop),
 # so that a crash or a kill loses at most this much of it.
@@ -528,7 +526,8 @@ class MainWindow(QMainWindow):
         """Save and use ``new``; False (and nothing saved or unloaded) if a model
         file it names cannot be loaded."""
         old = self.settings
-        if any(getattr(old, f) != getattr(new, f) for f in _MODEL_FIELDS):
+        # (MODEL_FIELDS: the settings declared model_file=True in storage/settings.py)
+        if any(getattr(old, f) != getattr(new, f) for f in MODEL_FIELDS):
             problems = model_file_problems(new)
             if problems:
                 self._show_error("The settings were not applied", "\n".join(problems.values()))
