@@ -42,7 +42,7 @@ from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, BuildInput, Draf
 from gambit.engine.metrics import GenerationStats, speedup
 from gambit.engine.runtime import default_threads
 from gambit.engine.sampling import SamplingParams
-from gambit.engine.session import Engine
+from gambit.engine.session import Engine, most_draft_tokens
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.errors import ContextOverflowError, GambitError
 from gambit.measure_report import recommend, regime_sentence, turn_kind
@@ -206,7 +206,11 @@ class _Replayer:
             gamma_max=engine.config.gamma_max,
             fixed_gamma=config.gamma or engine.config.gamma,
             side_max=side_max,
-            node_max=engine.config.tree_nodes if config.tree else engine.config.gamma_max,
+            node_max=most_draft_tokens(
+                gamma_max=engine.config.gamma_max,
+                tree_nodes=engine.config.tree_nodes,
+                tree=config.tree,
+            ),
         )
         return SpeculativeDecoder(engine.target, drafter, policy)
 

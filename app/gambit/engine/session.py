@@ -41,8 +41,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Engine", "EngineConfig"]
+__all__ = ["Engine", "EngineConfig", "most_draft_tokens"]
 TREE_NODES_MIN, TREE_NODES_MAX = 2, 16
+
+
+def most_draft_tokens(*, gamma_max: int, tree_nodes: int, tree: bool) -> int:
+    """Most draft tokens in one round: γ_max for chains, the node budget (chain
+    and side nodes together) for trees. Verifying them is a batch of one more."""
+    return tree_nodes if tree else gamma_max
+
+
 # Plain steps timed to re-measure the baseline after a reply (their median), and
 # the step time from which one is enough.
 BASELINE_STEPS = 3
@@ -216,7 +224,8 @@ class Engine:
     @property
     def node_max(self) -> int:
         """Most draft tokens in one round: γ_max for chains, the node budget for trees."""
-        return self.config.tree_nodes if self.tree else self.config.gamma_max
+        cfg = self.config
+        return most_draft_tokens(gamma_max=cfg.gamma_max, tree_nodes=cfg.tree_nodes, tree=self.tree)
 
     def remeasure_baseline(self) -> float:
         """Measure plain decoding on the last reply's own context and make it the

@@ -9,6 +9,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from gambit.engine.runtime import default_threads
+from gambit.engine.session import most_draft_tokens
 from gambit.models.derive_advice import CostCurve, DeriveAdvice, cached_curve
 from gambit.storage import paths
 from gambit.storage.settings import Settings
@@ -25,7 +26,7 @@ def settings_curve(target: Path, settings: Settings) -> CostCurve | None:
     """The target's verification cost if a kernel probe measured it here, with
     the threads, GPU layers, batch sizes and kernels these settings load it with."""
     s = settings
-    nodes = s.tree_nodes if s.tree_drafts else s.gamma_max
+    nodes = most_draft_tokens(gamma_max=s.gamma_max, tree_nodes=s.tree_nodes, tree=s.tree_drafts)
     return cached_curve(
         target,
         n_threads=s.threads or default_threads(),
