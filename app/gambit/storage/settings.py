@@ -376,9 +376,7 @@ class Settings:
             drafter=self.drafter,
             draft=draft,
             target_options=target_options,
-            draft_options=dataclasses.replace(
-                target_options, n_gpu_layers=self.gpu_layers_draft, rpc_workers=()
-            ),
+            draft_options=dataclasses.replace(target_options, n_gpu_layers=self.gpu_layers_draft),
             policy=self.policy,
             gamma=self.fixed_gamma,
             gamma_max=self.gamma_max,
