@@ -22,9 +22,10 @@ from gambit.engine.decoder import (
     _TextStream,
 )
 from gambit.engine.drafters.draft_model import DraftModelDrafter
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions, common_prefix_length
+from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.tokens import common_prefix_length
 
 GREEDY = SamplingParams(temperature=0.0)
 # One thread: the machine's two cores are shared with other jobs, and llama.cpp's

@@ -28,8 +28,9 @@ from typing import Protocol
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Drafter, TreeDrafter
-from gambit.engine.runtime import FloatRows, common_prefix_length
+from gambit.engine.runtime import FloatRows
 from gambit.engine.sampling import Distribution, SamplingParams, process
+from gambit.engine.tokens import common_prefix_length
 from gambit.engine.tree import DraftTree
 from gambit.engine.verify import speculative_sample, verify_tree
 from gambit.errors import ContextOverflowError, DecodeAbortedError

@@ -26,8 +26,10 @@ import llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
 
+from gambit.engine import rpc
 from gambit.engine.kernels import KernelConfig, implied_kernels
 from gambit.engine.limits import threads_problem
+from gambit.engine.tokens import common_prefix_length
 from gambit.errors import ContextOverflowError, DecodeAbortedError, DecodeError, ModelLoadError
 from gambit.formats.gguf_file import check_model_file
 
@@ -161,6 +163,9 @@ class RuntimeOptions:
     # Most KV sequences in use at once: 1 for chains; a token tree needs one
     # per leaf (``decode_tree``), all in one unified cache.
     n_seq_max: int = 1
+    # Workers (gambit.engine.rpc) that hold the target's layers: n_gpu_layers
+    # of them (-1 or 0: all), split by their free memory; the rest stay here.
+    rpc_workers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # The last line of defence: the CLI and the settings check first, with
@@ -198,6 +203,10 @@ class ModelRuntime:
         mparams.n_gpu_layers = opts.n_gpu_layers
         self.kernels = opts.kernels or implied_kernels(opts.strict_batch_invariance)
         mparams.use_extra_bufts = self.kernels.repack
+        if opts.rpc_workers:
+            self._devices = rpc.device_list(opts.rpc_workers)  # alive while loading
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+            mparams.n_gpu_layers = opts.n_gpu_layers if opts.n_gpu_layers > 0 else 999
         self._model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             raise ModelLoadError(str(self.path), "llama.cpp could not load this model")
@@ -583,17 +592,3 @@ class _PendingTree:
     tokens: tuple[int, ...]
     parents: tuple[int, ...]
     n_seq: int
-
-
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:  # the common case (appending), compared at C speed
-        return n
-    lo, hi = 0, n  # binary search for the first difference on prefixes
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo

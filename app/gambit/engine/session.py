@@ -27,13 +27,10 @@ from gambit.engine.drafters.registry import (
     spec,
 )
 from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe
-from gambit.engine.runtime import (
-    ModelRuntime,
-    RuntimeOptions,
-    common_prefix_length,
-    default_threads,
-)
+from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
+from gambit.engine.target_host import open_target
 from gambit.engine.template_sandbox import RenderCancelledError
+from gambit.engine.tokens import common_prefix_length
 from gambit.errors import ModelFileError
 
 if TYPE_CHECKING:
@@ -129,7 +126,7 @@ class Engine:
         target_options, self.target_kernels = _choose_kernels(
             probe, config.target, target_options, self.node_max + 1
         )
-        self.target = ModelRuntime(config.target, target_options)
+        self.target = open_target(config.target, target_options)
         self.draft_kernels: KernelChoice | None = None
         self.draft_runtime: ModelRuntime | None = None
         self.layer_skip: LayerSkipInfo | None = None
@@ -160,8 +157,9 @@ class Engine:
                 "no layer-skip draft was derived for this model yet; run "
                 "`gambit-cli models layerskip` or load it from the app",
             )
+        # The draft always runs here: a network pass would cost more than it saves.
         draft_options = dataclasses.replace(
-            config.draft_options or config.target_options, n_seq_max=1
+            config.draft_options or config.target_options, n_seq_max=1, rpc_workers=()
         )
         # The draft's numerics cannot change what the target accepts:
         # it always runs the fastest kernels that work.

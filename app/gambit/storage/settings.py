@@ -376,7 +376,9 @@ class Settings:
             drafter=self.drafter,
             draft=draft,
             target_options=target_options,
-            draft_options=dataclasses.replace(target_options, n_gpu_layers=self.gpu_layers_draft),
+            draft_options=dataclasses.replace(
+                target_options, n_gpu_layers=self.gpu_layers_draft, rpc_workers=()
+            ),
             policy=self.policy,
             gamma=self.fixed_gamma,
             gamma_max=self.gamma_max,

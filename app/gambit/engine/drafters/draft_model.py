@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
-from gambit.engine.runtime import ModelRuntime, common_prefix_length
+from gambit.engine.runtime import ModelRuntime
 from gambit.engine.sampling import Distribution, SamplingParams, process
+from gambit.engine.tokens import common_prefix_length
 from gambit.engine.tree import DraftTree, chain_tree
 from gambit.errors import IncompatibleDraftError
 
