@@ -6,21 +6,7 @@ import logging
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QCloseEvent
-from PySide6.QtWidgets import (
-    QHBoxLayout,
-    QInputDialog,
-    QLabel,
-    QLineEdit,
-    QListWidgetItem,
-    QMainWindow,
-    QMenu,
-    QProgressBar,
-    QPushButton,
-    QSplitter,
-    QToolBar,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QInputDialog, QListWidgetItem, QMenu, QSplitter, QToolBar
 
 from gambit.engine.decoder import GenerationConfig
 from gambit.errors import GambitError
@@ -30,13 +16,14 @@ from gambit.qt.worker import EngineInfo, EngineRequest, ReplyDelta, ReplyResult,
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history import prompt_messages
 from gambit.storage.settings import MODEL_FIELDS, RELOADS, Settings, SettingsStore
-from gambit.ui.chat_view import ChatMessage, ChatView, reply_footer
+from gambit.ui.chat_view import ChatMessage, reply_footer
 from gambit.ui.menus import MenuBar
 from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.reply_record import run_lengths, shown_messages, stats_dict, title_from
 from gambit.ui.settings_dialog import SettingsDialog
 from gambit.ui.stats_panel import StatsPanel
-from gambit.ui.window_widgets import ConversationList, InputEdit, LatencyProbe, named, open_message
+from gambit.ui.window_layout import WindowPanes
+from gambit.ui.window_widgets import LatencyProbe, named, open_message
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +32,7 @@ log = logging.getLogger(__name__)
 AUTOSAVE_MS = 1000
 
 
-class MainWindow(QMainWindow):
+class MainWindow(WindowPanes):
     request_load = Signal(object, object)  # EngineRequest (or EngineConfig), None
     request_generate = Signal(object, object)  # list[Message], GenerationConfig
 
@@ -109,41 +96,6 @@ class MainWindow(QMainWindow):
         self._autosave.timeout.connect(self._save_partial)
         self._update_buttons()
 
-    def _build_sidebar(self) -> QWidget:
-        self.sidebar = sidebar = named(QWidget(), "sidebar")
-        side = QVBoxLayout(sidebar)
-        side.setContentsMargins(8, 8, 4, 8)
-        self.new_button = named(QPushButton("New chat"), "newChatButton")
-        self.search = named(QLineEdit(placeholderText="Search conversations"), "searchEdit")
-        self.search.setClearButtonEnabled(True)
-        self.list = named(ConversationList(), "conversationList")
-        side.addWidget(self.new_button)
-        side.addWidget(self.search)
-        side.addWidget(self.list, 1)
-        return sidebar
-
-    def _build_chat_area(self) -> QWidget:
-        centre = named(QWidget(), "chatArea")
-        col = QVBoxLayout(centre)
-        col.setContentsMargins(4, 8, 8, 8)
-        self.chat = ChatView()
-        self.chat.highlight_drafted = self.settings.highlight_drafted
-        self.input = named(InputEdit(), "inputEdit")
-        self.input.setPlaceholderText("Message Gambit — Enter to send, Shift+Enter for a new line")
-        self.input.setFixedHeight(96)
-        buttons = QHBoxLayout()
-        self.send_button = named(QPushButton("Send"), "sendButton")
-        self.send_button.setDefault(True)
-        self.stop_button = named(QPushButton("Stop"), "stopButton")
-        self.regen_button = named(QPushButton("Regenerate"), "regenerateButton")
-        buttons.addStretch(1)
-        for b in (self.regen_button, self.stop_button, self.send_button):
-            buttons.addWidget(b)
-        col.addWidget(self.chat, 1)
-        col.addWidget(self.input)
-        col.addLayout(buttons)
-        return centre
-
     def _build_toolbar(self) -> None:
         toolbar = named(QToolBar("Main"), "mainToolbar")
         toolbar.setMovable(False)
@@ -159,27 +111,6 @@ class MainWindow(QMainWindow):
         toolbar.addSeparator()
         toolbar.addAction(self.models_action)
         toolbar.addAction(self.settings_action)
-
-    def _build_status_bar(self) -> None:
-        self.model_label = named(QLabel("No model"), "modelLabel")
-        self.spec_label = named(QLabel(""), "speculationLabel")
-        self.load_busy = named(QProgressBar(), "loadBusy")  # moves while a load runs
-        self.load_busy.setRange(0, 0)  # busy: loads report stages, not a fraction
-        self.load_busy.setMaximumSize(120, 14)
-        self.load_busy.setTextVisible(False)
-        self.load_busy.hide()
-        # Stops a layer-skip search (the one part of a load that can take minutes).
-        self.cancel_load_button = named(QPushButton("Cancel"), "cancelLoadButton")
-        self.cancel_load_button.setToolTip("Stop the search for layers to skip")
-        self.cancel_load_button.hide()
-        self.statusBar().addPermanentWidget(self.load_busy)
-        self.statusBar().addPermanentWidget(self.cancel_load_button)
-        self.statusBar().addPermanentWidget(self.spec_label)
-        self.statusBar().addPermanentWidget(self.model_label)
-        if self.store.in_memory:
-            self.statusBar().addPermanentWidget(
-                named(QLabel("⚠ Chats are not being saved"), "historyNotSavedLabel")
-            )
 
     def _connect(self) -> None:
         w = self.worker
