@@ -5,6 +5,7 @@ setting that reaches the engine cannot be forgotten in the reload set."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,8 @@ def _other(name: str, value: Any, folder: Path) -> Any:
         return value / 2
     if name.endswith("_model"):
         return str(folder / f"{name}.gguf")
+    if tp == tuple[str, ...]:  # worker addresses
+        return (*value, "127.0.0.1:50099")
     return value + "x"
 
 
@@ -52,8 +55,16 @@ def test_a_field_reaches_the_engine_exactly_when_it_is_declared_to_reload(
     would keep the old model loaded); a declared reload that never reaches it
     would reload for nothing."""
     reaching: set[str] = set()
-    for drafter in ("none", "lookup", "draft", "layerskip"):
-        base = Settings(drafter=drafter, draft_model=str(tmp_path / "d.gguf"), tree_drafts=True)
+    # (with workers, their layer count reaches the target; without, the GPU layers do)
+    for drafter, workers in itertools.product(
+        ("none", "lookup", "draft", "layerskip"), ((), ("127.0.0.1:50052",))
+    ):
+        base = Settings(
+            drafter=drafter,
+            draft_model=str(tmp_path / "d.gguf"),
+            tree_drafts=True,
+            rpc_workers=workers,
+        )
         before = _engine_side(base, tmp_path)
         for name in FIELDS:
             changed = base.with_(**{name: _other(name, getattr(base, name), tmp_path)})

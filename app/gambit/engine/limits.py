@@ -9,6 +9,10 @@ argument, the settings file, the settings dialog) by the rule here, and
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+
+from gambit.engine import rpc
+from gambit.errors import GambitError
 
 THREADS_MAX = 512  # more than any machine Gambit runs on has cores
 
@@ -21,6 +25,17 @@ def threads_problem(n: int) -> str | None:
     if 0 <= n <= THREADS_MAX:
         return None
     return f"must be 0 (automatic) or a whole number from 1 to {THREADS_MAX}, not {n}"
+
+
+def workers_problem(endpoints: Sequence[str]) -> str | None:
+    """What is wrong with a list of worker addresses (``rpc.parse_endpoint``'s
+    rule for each), or None. Like ``threads_problem``, without a subject."""
+    for text in endpoints:
+        try:
+            rpc.parse_endpoint(text)
+        except GambitError:
+            return f"must each be host:port (e.g. 127.0.0.1:50052), not {text!r}"
+    return None
 
 
 # ------------------------------------------------------------- argparse types

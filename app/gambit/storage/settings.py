@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from gambit.engine import rpc
 from gambit.engine.decoder import GenerationConfig
 from gambit.engine.drafters.registry import DRAFTERS, TREE_DRAFTERS, DrafterKind, FileSource
-from gambit.engine.limits import THREADS_MAX, threads_problem
+from gambit.engine.limits import THREADS_MAX, threads_problem, workers_problem
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import (
@@ -83,7 +84,7 @@ class Setting:
     high_field: str | None = None
     rule: str = ""
     spin: tuple[float, float] | None = None
-    problem: Callable[[int], str | None] | None = None
+    problem: Callable[[Any], str | None] | None = None
 
     @property
     def range(self) -> tuple[float, float]:
@@ -258,6 +259,18 @@ class Settings:
     exact_kernels: bool = _setting(  # RuntimeOptions.strict_batch_invariance
         True, "Exact kernels", reloads=True, help=EXACT_KERNELS_HELP
     )
+    # Workers (gambit-worker, host:port) that hold the target's layers; the draft stays here
+    rpc_workers: tuple[str, ...] = _setting((), "Workers", reloads=True, problem=workers_problem)
+    worker_layers: int = _setting(  # 0: all; with no workers it is not used
+        0,
+        "Worker layers",
+        reloads=True,
+        low=0,
+        rule="must be 0 (all) or more.",
+        spin=(0, 9999),
+        help="How many of the target's layers the workers hold (split by their free"
+        " memory); the rest run here. 0 puts them all on the workers.",
+    )
     # Display
     highlight_drafted: bool = _setting(
         True,
@@ -345,12 +358,15 @@ class Settings:
 
     # ------------------------------------------------------------ engine config
     def target_options(self) -> RuntimeOptions:
-        """How llama.cpp runs the target (and, but for GPU layers, the draft)."""
+        """How llama.cpp runs the target (and, but for GPU layers and workers, the
+        draft). With workers, n_gpu_layers counts the layers they hold (-1: all)."""
+        workers = tuple(dict.fromkeys(map(rpc.parse_endpoint, self.rpc_workers)))
         return RuntimeOptions(
             n_ctx=self.context_size,
             n_threads=self.threads,
-            n_gpu_layers=self.gpu_layers_target,
+            n_gpu_layers=(self.worker_layers or -1) if workers else self.gpu_layers_target,
             strict_batch_invariance=self.exact_kernels,
+            rpc_workers=workers,
         )
 
     def engine_config(
@@ -478,13 +494,17 @@ def _coerce(tp: Any, value: Any) -> Any:
             return _MISSING
     if tp is str:
         return value if isinstance(value, str) else _MISSING
+    if tp == tuple[str, ...]:  # a JSON list of texts
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return tuple(value) if ok else _MISSING
     raise TypeError(f"no JSON reading for settings of type {tp!r}")  # a new field type
 
 
 def _expected(tp: Any) -> str:
     if typing.get_origin(tp) is Literal:
         return "one of " + ", ".join(json.dumps(c) for c in typing.get_args(tp))
-    names = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
+    names = {bool: "true or false", int: "a whole number", float: "a number", str: "text",
+             tuple[str, ...]: "a list of texts"}  # fmt: skip
     return names.get(tp, str(tp))
 
 
