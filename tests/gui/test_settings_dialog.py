@@ -86,6 +86,8 @@ def _non_default(tmp_path: Path) -> Settings:
         gpu_layers_draft=10,
         context_size=8192,
         exact_kernels=False,
+        rpc_workers=("127.0.0.1:50052", "192.168.1.20:50053"),
+        worker_layers=20,
         highlight_drafted=False,
         show_stats=False,
     )
@@ -174,6 +176,7 @@ def test_window_basics(make_dialog: MakeDialog) -> None:
         "Speculation",
         "Sampling",
         "Chat",
+        "Workers",
     ]
     assert _edit(dialog, "targetModelEdit").placeholderText() == "Embedded SmolLM2-135M-Instruct"
     assert not _error_label(dialog).isVisible()

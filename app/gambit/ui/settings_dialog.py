@@ -43,6 +43,7 @@ from gambit.storage.settings import (
 from gambit.ui import theme
 from gambit.ui.settings_pages import NO_GPU_TOOLTIP, SettingsPages
 from gambit.ui.settings_widgets import PageScroll
+from gambit.ui.settings_workers import WorkerList, WorkersPage
 
 __all__ = [
     "EXACT_KERNELS_HELP",
@@ -82,6 +83,8 @@ class SettingsDialog(SettingsPages):
         self.tabs.addTab(PageScroll(self._speculation_page()), "Speculation")
         self.tabs.addTab(PageScroll(self._sampling_page()), "Sampling")
         self.tabs.addTab(self._chat_page(), "Chat")  # its text box grows and scrolls itself
+        self.workers_page = WorkersPage()
+        self.tabs.addTab(PageScroll(self.workers_page), "Workers")
 
         self.error_label = QLabel()
         self.error_label.setObjectName("errorLabel")
@@ -215,6 +218,8 @@ class SettingsDialog(SettingsPages):
             "seed": self.seed_spin,
             "max_tokens": self.max_tokens_spin,
             "system_prompt": self.system_prompt_edit,
+            "rpc_workers": self.workers_page.list,
+            "worker_layers": self.workers_page.layers_spin,
         }
 
     def _reveal(self, problems: list[str]) -> None:
@@ -254,6 +259,10 @@ class SettingsDialog(SettingsPages):
         )
         if self.height() < needed:
             self.resize(width, needed)
+
+    def done(self, result: int) -> None:
+        self.workers_page.stop()  # a running Test's thread must end before the dialog
+        super().done(result)
 
     @Slot(QAbstractButton)
     def _on_button(self, button: QAbstractButton) -> None:
@@ -352,6 +361,8 @@ def _show(widget: QWidget, value: object) -> None:
         widget.setValue(int(value))  # type: ignore[call-overload]
     elif isinstance(widget, QDoubleSpinBox):
         widget.setValue(float(value))  # type: ignore[arg-type]
+    elif isinstance(widget, WorkerList):
+        widget.set_addresses(tuple(value))  # type: ignore[arg-type]
     else:
         raise TypeError(f"no way to show a setting in {type(widget).__name__}")
 
@@ -366,4 +377,6 @@ def _value(widget: QWidget) -> object:
         return widget.isChecked()
     if isinstance(widget, (QSpinBox, QDoubleSpinBox)):
         return widget.value()
+    if isinstance(widget, WorkerList):
+        return widget.addresses()
     raise TypeError(f"no way to read a setting from {type(widget).__name__}")
