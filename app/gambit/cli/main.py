@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -14,11 +15,12 @@ from gambit import __version__
 from gambit.bench_regimes import DRAFTERS as REGIME_DRAFTERS
 from gambit.cli.models import add_models_parser, run_models
 from gambit.cli.stop_signals import StopSignals
+from gambit.engine import rpc
 from gambit.engine.chat import Message
 from gambit.engine.controller import PolicyMode
 from gambit.engine.decoder import GenerationConfig
 from gambit.engine.drafters.registry import DRAFTERS, DrafterSpec
-from gambit.engine.limits import THREADS_MAX, positive_int_arg, threads_arg
+from gambit.engine.limits import THREADS_MAX, non_negative_int_arg, positive_int_arg, threads_arg
 from gambit.engine.metrics import (
     NO_FIGURE,
     MetricsSnapshot,
@@ -96,6 +98,21 @@ def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -
         "ones: at temperature 0 speculation may then pick a different token than plain "
         "decoding where the target's top candidates (nearly) tie. Without it, the "
         "fastest batch-invariant kernels; the draft always runs the fastest",
+    )
+    p.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,HOST:PORT]",
+        default="",
+        help="gambit-workers that hold the target's layers (llama.cpp RPC; start "
+        "`gambit-worker` there first); the draft and prompt lookup run here",
+    )
+    p.add_argument(
+        "--worker-layers",
+        type=non_negative_int_arg,
+        default=0,
+        metavar="N",
+        help="with --rpc, how many of the target's layers the workers hold, split by "
+        "their free memory; the rest run here (default 0: all)",
     )
 
 
@@ -218,7 +235,19 @@ def chosen_drafter(args: argparse.Namespace) -> DrafterSpec:
     return DRAFTERS["none"]
 
 
+def rpc_workers(args: argparse.Namespace) -> tuple[str, ...]:
+    """The workers of ``--rpc``, each checked and asked for its memory now, so that
+    a bad or unreachable one costs one line before any model loads."""
+    workers = rpc.parse_endpoints(args.rpc)
+    if workers and not rpc.supported():
+        raise GambitError(rpc.NO_RPC_MESSAGE)
+    for endpoint in workers:
+        rpc.probe(endpoint)  # RpcWorkerError: the reason, naming the worker
+    return workers
+
+
 def _engine_config(args: argparse.Namespace, cancel: threading.Event | None = None) -> EngineConfig:
+    workers = rpc_workers(args)
     target = args.target
     if target is None:
         target = default_model_path(progress=_stderr_progress())
@@ -234,9 +263,13 @@ def _engine_config(args: argparse.Namespace, cancel: threading.Event | None = No
         target,
         chosen=args.draft,
         progress=_stderr_progress,
-        options=options,
+        options=options,  # (a derivation runs the target here)
         cancel=cancel,
     ).path
+    # The draft keeps the local options; the target's layers go to the workers.
+    target_options = dataclasses.replace(
+        options, rpc_workers=workers, n_gpu_layers=args.worker_layers or -1
+    ) if workers else options  # fmt: skip
     policy: PolicyMode = args.policy if args.command == "generate" else "adaptive"
     return EngineConfig(
         target=target,
@@ -244,7 +277,8 @@ def _engine_config(args: argparse.Namespace, cancel: threading.Event | None = No
         draft=draft,
         tree=args.tree,
         tree_nodes=args.tree_nodes,
-        target_options=options,
+        target_options=target_options,
+        draft_options=options,
         kernel_cache=cache_dir(),
         gamma=args.gamma,
         gamma_max=max(args.gamma_max, args.gamma),
@@ -363,6 +397,9 @@ def summary_line(
 def _run_bench(args: argparse.Namespace) -> int:
     if args.regimes:
         from gambit.bench_regimes import run_regimes_cli
+
+        if args.rpc:
+            raise GambitError("--regimes runs on this machine only: leave out --rpc")
 
         if args.prompts is None:
             folder = resources_dir()

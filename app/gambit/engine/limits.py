@@ -59,6 +59,14 @@ def threads_arg(text: str) -> int:
     return n
 
 
+def non_negative_int_arg(text: str) -> int:
+    """A count where 0 means all or none (``--worker-layers``)."""
+    n = _whole_number(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 0 or more, not {n}")
+    return n
+
+
 def positive_int_arg(text: str) -> int:
     """A count that must be 1 or more (``--max-tokens``, ``--max-evals``)."""
     n = _whole_number(text)
