@@ -28,7 +28,7 @@ from gambit.engine.drafters.registry import (
 )
 from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
-from gambit.engine.target_host import open_target
+from gambit.engine.target_host import HostedRuntime, open_target
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.engine.tokens import common_prefix_length
 from gambit.errors import ModelFileError
@@ -288,7 +288,7 @@ class Engine:
         if prompt.n_dropped:
             log.info("left out the %d oldest messages to fit the context", prompt.n_dropped)
         try:
-            yield from self.decoder.generate(prompt.tokens, config, cancel)
+            yield from self._generate(prompt.tokens, config, cancel)
         finally:
             builder.remember(prompt, self.decoder.context)
 
@@ -300,7 +300,21 @@ class Engine:
     ) -> Iterator[Round]:
         """Plain completion of ``text`` (base models, no chat template)."""
         tokens = self.target.tokenize(text, add_special=True, parse_special=False)
-        yield from self.decoder.generate(tokens, config, cancel)
+        yield from self._generate(tokens, config, cancel)
+
+    def _generate(
+        self, tokens: list[int], config: GenerationConfig, cancel: threading.Event | None
+    ) -> Iterator[Round]:
+        # A target on workers watches Stop during every call, not only the
+        # prompt: a worker that stops answering mid-round must not hang it.
+        hosted = self.target if isinstance(self.target, HostedRuntime) else None
+        if hosted is not None:
+            hosted.cancel = cancel
+        try:
+            yield from self.decoder.generate(tokens, config, cancel)
+        finally:
+            if hosted is not None:
+                hosted.cancel = None
 
     def close(self) -> None:
         if self.draft_runtime is not None:

@@ -131,6 +131,9 @@ class HostedRuntime(ModelRuntime):
         self._batch: Any = None
         self._tree = None
         self.abort: threading.Event | None = None
+        # The reply's Stop event, for the whole reply (``abort`` is set only
+        # during the prompt): a worker that hangs mid-round must not hang Stop.
+        self.cancel: threading.Event | None = None
         self.kernels = options.kernels or implied_kernels(options.strict_batch_invariance)
         self.shared_threadpool = False
         self._proc: Any = None
@@ -182,7 +185,7 @@ class HostedRuntime(ModelRuntime):
             raise self._lost
         if self._conn is None:
             raise DecodeError("the target was closed")
-        if not (self.abort is not None and self.abort.is_set()):
+        if not self._stopping():
             self._abort_child.clear()
         try:
             self._conn.send((name, args, kwargs))
@@ -208,13 +211,16 @@ class HostedRuntime(ModelRuntime):
             now = time.monotonic()
             if not self._proc.is_alive():
                 raise self._lose()
-            if self.abort is not None and self.abort.is_set():
+            if self._stopping():
                 self._abort_child.set()  # llama.cpp checks it between graph nodes
                 stopped_at = stopped_at or now
                 if now - stopped_at > STOP_GRACE_S:
                     raise self._lose(f"did not finish a pass within {STOP_GRACE_S:g} s of Stop")
             if now > deadline:
                 raise self._lose(f"did not answer within {timeout:g} s ({name})")
+
+    def _stopping(self) -> bool:
+        return any(e is not None and e.is_set() for e in (self.abort, self.cancel))
 
     def _unpack(self, message: tuple[Any, ...]) -> Any:
         if message[0] == "ok":
