@@ -29,6 +29,7 @@ from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
 from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.target_host import WorkerLostError
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.fsutil import Progress
 from gambit.models.drafter_files import DERIVATIONS, resolve_drafter_file
@@ -110,6 +111,9 @@ class EngineWorker(QObject):
     delta = Signal(object)  # ReplyDelta
     finished = Signal(object)  # ReplyResult
     failed = Signal(str, object)  # message, partial ReplyResult
+    # A worker holding the target's layers is gone, and the engine with it:
+    # message (naming the worker), partial ReplyResult
+    engine_lost = Signal(str, object)
     measure_progress = Signal(object)  # gambit.measure.MeasureProgress
     measure_finished = Signal(object)  # gambit.measure_history.MeasureOutcome
 
@@ -268,6 +272,10 @@ class EngineWorker(QObject):
                 ReplyResult("".join(text_parts), tuple(drafted), stop,
                             self._snapshot(engine, tracker), speculated)
             )  # fmt: skip
+        except WorkerLostError as exc:
+            partial = self._partial(engine, tracker, text_parts, drafted)
+            self._close_engine()  # its target cannot decode again; a load starts afresh
+            self.engine_lost.emit(str(exc), partial)
         except GambitError as exc:
             self.failed.emit(str(exc), self._partial(engine, tracker, text_parts, drafted))
         except Exception as exc:

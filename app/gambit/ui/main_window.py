@@ -24,6 +24,7 @@ from gambit.ui.settings_dialog import SettingsDialog
 from gambit.ui.stats_panel import StatsPanel
 from gambit.ui.window_layout import WindowPanes
 from gambit.ui.window_widgets import LatencyProbe, named, open_message
+from gambit.ui.worker_lost import offer_local
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class MainWindow(WindowPanes):
         self.generating = False
         self._reply_id: int | None = None
         self._saved_text: str | None = None  # the reply's text as last written
+        self._worker_lost: str | None = None  # why the engine went with a lost worker
         self._closing = False
         self._build()
         self._connect()
@@ -122,6 +124,7 @@ class MainWindow(WindowPanes):
         w.delta.connect(self._on_delta)
         w.finished.connect(self._on_finished)
         w.failed.connect(self._on_failed)
+        w.engine_lost.connect(self._on_engine_lost)
         self.input.submitted.connect(self.send)
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(self.stop)
@@ -139,6 +142,7 @@ class MainWindow(WindowPanes):
     def load_engine(self) -> None:
         s = self.settings
         self.engine_info = None
+        self._worker_lost = None
         self.worker.set_speculation(s.speculation)
         self.model_label.setText("Loading…")
         self.stats.set_engine(None)  # the old model and drafter are going
@@ -220,7 +224,10 @@ class MainWindow(WindowPanes):
         if not text or self.generating:
             return
         if self.engine_info is None:
-            self.statusBar().showMessage("The model is not loaded yet.", 5000)
+            if self._worker_lost is not None:  # say again what happened and what helps
+                offer_local(self, self._worker_lost, self.continue_locally)
+            else:
+                self.statusBar().showMessage("The model is not loaded yet.", 5000)
             return
         config = self._generation_config()
         if config is None:
@@ -332,6 +339,29 @@ class MainWindow(WindowPanes):
         self._finish_reply(partial, error=message)
         if not self._closing:
             self._show_error("The reply could not be completed", message)
+
+    @Slot(str, object)
+    def _on_engine_lost(self, message: str, partial: ReplyResult | None) -> None:
+        """A worker holding the target's layers is gone and the engine with it: the
+        reply so far is saved, and the window offers to go on on this machine."""
+        self._finish_reply(partial, error=message)
+        self.engine_info = None
+        self._worker_lost = message
+        self.stats.set_engine(None)
+        self.model_label.setText("No model loaded: a worker was lost")
+        self._update_buttons()
+        if not self._closing:
+            offer_local(self, message, self.continue_locally)
+
+    @Slot()
+    def continue_locally(self) -> None:
+        """Clear the workers setting (saved) and load the whole model here."""
+        if self.generating:
+            return
+        if self.settings.rpc_workers:
+            self.apply_settings(self.settings.with_(rpc_workers=()))  # a reload setting
+        else:
+            self.load_engine()
 
     def _finish_reply(self, result: ReplyResult | None, error: str | None) -> None:
         self._autosave.stop()
@@ -477,7 +507,9 @@ class MainWindow(WindowPanes):
     # ---------------------------------------------------------------- helpers
     def _update_buttons(self) -> None:
         ready = self.engine_info is not None
-        self.send_button.setEnabled(ready and not self.generating)
+        # (after a lost worker, Send says what happened and offers to go on here)
+        lost = self._worker_lost is not None
+        self.send_button.setEnabled((ready or lost) and not self.generating)
         self.stop_button.setEnabled(self.generating)
         msgs = self.chat.messages
         self.regen_button.setEnabled(
