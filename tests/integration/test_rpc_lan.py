@@ -118,7 +118,8 @@ def _wait_for(ns: str, endpoint: str) -> None:
 
 
 def _bench(prefix: list[str], target: Path, *drafter: str, rpc_to: str | None = None) -> dict:
-    cmd = [*prefix, str(Path(sys.executable).with_name("gambit-cli")), "bench", "--target", str(target),
+    cli = str(Path(sys.executable).with_name("gambit-cli"))
+    cmd = [*prefix, cli, "bench", "--target", str(target),
            *drafter, "--prompts", str(PROMPTS), "--limit", "2", "--max-tokens", "64",
            "--threads", "1", "--policy", "adaptive", "--json"]  # fmt: skip
     if rpc_to:
