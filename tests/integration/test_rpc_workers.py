@@ -209,3 +209,17 @@ def test_gambit_worker_says_where_it_listens_and_refuses_a_taken_port(tmp_path: 
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "must be a port" in bad.stderr
+
+
+def test_on_a_quantized_split_speculation_writes_the_splits_own_tokens(
+    tmp_path: Path, smol_q8_0: Path, smol_q4_1: Path
+) -> None:
+    # The worker runs llama.cpp's default CPU kernels, which may round a
+    # quantized model differently from the kernels chosen here: compare the
+    # split with itself, speculation off and on (lossless is about that).
+    with workers(tmp_path, 1) as (w1,):
+        texts = [
+            _text(_engine(smol_q8_0, smol_q4_1, speculate=s, rpc_workers=(w1.endpoint,)))
+            for s in (False, True)
+        ]
+    assert texts[0].strip() and texts[0] == texts[1]
