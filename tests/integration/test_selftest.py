@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gambit.engine import rpc
 from gambit.models.default_model import DEFAULT_MODEL_FILE, bundled_model_path, default_model_path
 
 # One thread: the machine's two cores are shared with other jobs.
@@ -56,6 +57,9 @@ def test_selftest_passes_on_the_real_model(smol_q4_1: Path, tmp_path: Path) -> N
     assert "threads" in info["backend"]
     assert info["system info"].startswith("CPU :") or "=" in info["system info"]
     assert info["gpu layers"] in {"0", "all"}
+    # This installation's llama.cpp is built with GGML_RPC (the README's command).
+    assert rpc.supported()
+    assert info["rpc workers"].startswith("yes (llama.cpp has the RPC backend")
     assert re.fullmatch(r"\d+\.\d\d s", info["load time"])
     cold = re.match(r"(\d+\.\d\d) s \(process start", info["cold start to first token"])
     assert cold is not None and 0 < float(cold.group(1)) < 120
@@ -112,6 +116,7 @@ def test_about_prints_version_and_backend(tmp_path: Path) -> None:
     info = _lines(proc.stdout)
     assert info["gambit"] == "0.1.0"
     assert info["gpu offload"] in {"yes", "no"}
+    assert info["rpc workers"].startswith("yes" if rpc.supported() else "no")
     assert "llama-cpp-python" in info
     assert info["log folder"] == str(tmp_path / "logs")
 

@@ -159,6 +159,7 @@ def about_lines() -> list[str]:
         f"llama-cpp-python: {llama_cpp_version()}",
         f"backend: {info.summary}",
         f"gpu offload: {'yes' if info.gpu_offload else 'no'}",
+        f"rpc workers: {_rpc_support()}",
         f"cpu features: {', '.join(info.cpu_features) or 'none detected'}",
     ]
     devices = getattr(info, "devices", None)  # device names, where the backend reports them
@@ -168,6 +169,15 @@ def about_lines() -> list[str]:
     lines.extend(kernel_lines())
     lines.append(f"log folder: {log_dir()}")
     return lines
+
+
+def _rpc_support() -> str:
+    """Whether this llama.cpp can use gambit-workers (built with GGML_RPC)."""
+    from gambit.engine import rpc
+
+    if rpc.supported():
+        return "yes (llama.cpp has the RPC backend: gambit-worker and --rpc work)"
+    return "no (llama.cpp was built without GGML_RPC: gambit-worker and --rpc are unavailable)"
 
 
 def kernel_lines() -> list[str]:
