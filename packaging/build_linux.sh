@@ -2,6 +2,7 @@
 # Build Gambit's Linux installers from a clean clone:
 #   dist/gambit-<version>-linux-<arch>.tar.gz   the app folder + gambit.desktop + icons
 #   dist/gambit_<version>_<debarch>.deb         installs to /opt/gambit, /usr/bin/gambit
+#                                               (and gambit-cli, gambit-worker)
 #
 # Needs: python3 (>= 3.10) with venv, a C/C++ compiler and CMake (llama-cpp-python
 # is built from source), dpkg-deb for the .deb. Run from anywhere:
@@ -118,6 +119,7 @@ mkdir -p "$PKG/DEBIAN" "$PKG/opt" "$PKG/usr/bin" "$PKG/usr/share/applications" \
 cp -a "$BUNDLE" "$PKG/opt/gambit"
 ln -s /opt/gambit/gambit "$PKG/usr/bin/gambit"
 ln -s /opt/gambit/gambit-cli "$PKG/usr/bin/gambit-cli"
+ln -s /opt/gambit/gambit-worker "$PKG/usr/bin/gambit-worker"
 cp packaging/linux/gambit.desktop "$PKG/usr/share/applications/gambit.desktop"
 for png in resources/icons/gambit-*.png; do
     size="${png##*-}"

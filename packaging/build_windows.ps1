@@ -79,13 +79,17 @@ if (Test-Path "$Work\dist") { Remove-Item -Recurse -Force "$Work\dist" }
 Invoke-Checked $Py @("-m", "PyInstaller", "--noconfirm", "--clean", "--log-level", "WARN",
     "--distpath", "$Work\dist", "--workpath", "$Work\pyinstaller", "packaging\gambit.spec")
 $Bundle = "$Work\dist\gambit"
-if (-not (Test-Path "$Bundle\gambit.exe")) { throw "PyInstaller made no $Bundle\gambit.exe" }
+foreach ($Exe in @("gambit.exe", "gambit-cli.exe", "gambit-worker.exe")) {
+    if (-not (Test-Path "$Bundle\$Exe")) { throw "PyInstaller made no $Bundle\$Exe" }
+}
 
 if (-not $SkipSelfTest) {
     Step "self-test of the bundle"
     $env:GAMBIT_HOME = "$Work\selftest-home"
     $env:QT_QPA_PLATFORM = "offscreen"
     Invoke-Checked "$Bundle\gambit-cli.exe" @("--self-test")
+    # The worker imports llama.cpp before argparse answers: a missing library shows.
+    Invoke-Checked "$Bundle\gambit-worker.exe" @("--help")
     Remove-Item Env:\GAMBIT_HOME, Env:\QT_QPA_PLATFORM
 }
 

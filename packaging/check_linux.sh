@@ -3,9 +3,11 @@
 #  1. unpack the .tar.gz into a temporary folder and run the bundled
 #     `gambit --self-test` with no display (QT_QPA_PLATFORM=offscreen), cold
 #     (the bundle evicted from the page cache) and warm, plus
-#     `gambit --about`, `gambit-cli generate`, and the GUI for a few seconds;
+#     `gambit --about`, `gambit-cli generate`, `gambit-worker --help` (it
+#     starts and imports llama.cpp) and the GUI for a few seconds;
 #  2. `dpkg -i` the .deb (then `apt-get install -f` if dependencies are
-#     missing), run `/usr/bin/gambit --self-test`, check the desktop entry and
+#     missing), run `/usr/bin/gambit --self-test` and `/usr/bin/gambit-worker
+#     --help`, check the desktop entry and
 #     icon, and `dpkg -r` it again.
 # Step 2 needs root (or sudo); skip it with --no-deb.
 #
@@ -73,6 +75,23 @@ run_selftest() {
     else
         fail "$label: does not use the bundled model"
     fi
+    if grep -q '^rpc workers: yes' "$out"; then
+        pass "$label: llama.cpp has the RPC backend (gambit-worker, --rpc)"
+    else
+        fail "$label: llama.cpp lacks the RPC backend (build with -DGGML_RPC=ON)"
+    fi
+}
+
+# check_worker_help EXE LABEL: `gambit-worker --help` starts the bundled worker,
+# which imports llama.cpp before argparse answers, so a missing library shows.
+check_worker_help() {
+    local exe="$1" label="$2" out="$TMP/worker-help-$2.txt"
+    if "$exe" --help >"$out" 2>&1 && grep -q "usage: gambit-worker" "$out"; then
+        pass "$label: gambit-worker --help"
+    else
+        fail "$label: gambit-worker --help"
+        cat "$out"
+    fi
 }
 
 # evict_page_cache DIR: drop DIR's files from the page cache, so the next start
@@ -100,7 +119,7 @@ step "tarball: $TARBALL"
 [[ -f "$TARBALL" ]] || { echo "missing $TARBALL: run packaging/build_linux.sh" >&2; exit 1; }
 tar -C "$TMP" -xzf "$TARBALL"
 APP="$TMP/gambit-$VERSION-linux-$(uname -m)"
-for f in gambit gambit-cli gambit.desktop icons/gambit-256.png icons/gambit.svg; do
+for f in gambit gambit-cli gambit-worker gambit.desktop icons/gambit-256.png icons/gambit.svg; do
     if [[ -e "$APP/$f" ]]; then pass "tarball has $f"; else fail "tarball lacks $f"; fi
 done
 step "self-test, cold: the bundle's files evicted from the page cache"
@@ -123,6 +142,7 @@ else
     fail "gambit-cli generate"
     cat "$TMP/cli.txt"
 fi
+check_worker_help "$APP/gambit-worker" tarball
 
 if [[ $DO_GUI == 1 ]]; then
     # The window on the offscreen platform for a while: still running at the
@@ -160,6 +180,7 @@ if [[ $DO_DEB == 1 ]]; then
     fi
     if [[ -x /usr/bin/gambit ]]; then
         run_selftest deb /usr/bin/gambit
+        check_worker_help /usr/bin/gambit-worker deb
         if command -v desktop-file-validate >/dev/null; then
             if desktop-file-validate /usr/share/applications/gambit.desktop; then
                 pass "desktop entry is valid"
