@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -23,10 +24,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _limit_memory(n_bytes: int) -> None:
+    """In the worker's process: an address-space limit, so that it runs out of
+    memory on a model that fits the machine."""
+    resource.setrlimit(resource.RLIMIT_AS, (n_bytes, n_bytes))
+
+
 class WorkerProcess:
     """One ``python -m gambit.cli.worker`` on a free port, its output in a file."""
 
-    def __init__(self, log_dir: Path, threads: int = 1) -> None:
+    def __init__(self, log_dir: Path, threads: int = 1, memory_limit: int | None = None) -> None:
         self.port = free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         self.log = log_dir / f"worker-{self.port}.log"
@@ -35,6 +42,7 @@ class WorkerProcess:
                 [sys.executable, "-m", "gambit.cli.worker", "--port", str(self.port),
                  "--threads", str(threads), "--no-cache"],
                 stdout=out, stderr=subprocess.STDOUT,
+                preexec_fn=(lambda: _limit_memory(memory_limit)) if memory_limit else None,
             )  # fmt: skip
         deadline = time.monotonic() + 60
         while True:

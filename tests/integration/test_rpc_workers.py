@@ -25,7 +25,9 @@ from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.target_host import HostedRuntime, WorkerLostError
-from worker_process import free_port, workers
+from gambit.errors import ModelLoadError
+from gambit.models.derive import requantize
+from worker_process import WorkerProcess, free_port, workers
 
 PROMPT = "Here is a numbered list of twenty fruits, one per line:\n1."
 GREEDY = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=0.0))
@@ -223,3 +225,23 @@ def test_on_a_quantized_split_speculation_writes_the_splits_own_tokens(
             for s in (False, True)
         ]
     assert texts[0].strip() and texts[0] == texts[1]
+
+
+def test_a_worker_without_the_memory_for_its_layers_is_said(
+    tmp_path: Path, smol_q4_1: Path
+) -> None:
+    if not rpc.supported():
+        pytest.skip(rpc.NO_RPC_MESSAGE)
+    f32 = smol_q4_1.with_name("SmolLM2-135M-Instruct.F32.gguf")
+    if not f32.is_file():
+        f32 = requantize(smol_q4_1, tmp_path / "f32.gguf", "F32")
+    # 700 MB of address space: the worker starts, the F32 weights (513 MB) do not fit.
+    small = WorkerProcess(tmp_path, memory_limit=700 * 1024**2)
+    try:
+        with pytest.raises(ModelLoadError) as refused:
+            _engine(f32, smol_q4_1, speculate=False, rpc_workers=(small.endpoint,))
+        text = str(refused.value)
+        assert small.endpoint in text and "lack the memory" in text
+        assert rpc.probe(small.endpoint).total > 0  # the worker itself carries on
+    finally:
+        small.stop()

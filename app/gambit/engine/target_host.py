@@ -41,6 +41,7 @@ from gambit.errors import (
     DecodeAbortedError,
     DecodeError,
     GambitError,
+    ModelFileError,
     ModelLoadError,
 )
 from gambit.formats.gguf_file import check_model_file
@@ -74,7 +75,7 @@ def _child_main(
     try:
         rt = ModelRuntime(path, options)
     except GambitError as exc:
-        conn.send(("err", type(exc).__name__, str(exc)))
+        conn.send(("err", type(exc).__name__, str(exc), None))
         return
     rt.abort = abort
     conn.send(("ok", _facts(rt), _state(rt)))
@@ -140,8 +141,8 @@ class HostedRuntime(ModelRuntime):
         self._conn: Connection | None = None
         self._lost: WorkerLostError | None = None
         check_model_file(self.path)
-        for endpoint in options.rpc_workers:  # a failed connect in llama.cpp aborts
-            rpc.probe(endpoint)
+        # A failed connect inside llama.cpp would end the process: ask first.
+        self._workers = [rpc.probe(endpoint) for endpoint in options.rpc_workers]
         self._load_vocab()
         fd, self._log = tempfile.mkstemp(prefix="gambit-rpc-", suffix=".log")
         os.close(fd)
@@ -162,6 +163,20 @@ class HostedRuntime(ModelRuntime):
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
 
     def _start(self, options: RuntimeOptions) -> None:
+        try:
+            self._spawn(options)
+        except ModelFileError as exc:
+            # Most often a worker without the memory for its share of layers.
+            seen = "; ".join(i.summary for i in self._workers)
+            detail = _last_line(self._log)
+            raise ModelLoadError(
+                str(self.path),
+                f"llama.cpp could not place this model on the workers ({seen}): one may "
+                "lack the memory for its share of layers (Settings → Workers: fewer "
+                f"worker layers, or another worker){f'; llama.cpp: {detail}' if detail else ''}",
+            ) from exc
+
+    def _spawn(self, options: RuntimeOptions) -> None:
         ctx = mp.get_context("spawn")  # no fork of a process that holds Qt and llama.cpp
         self._abort_child = ctx.Event()
         parent, child = ctx.Pipe()
@@ -229,10 +244,13 @@ class HostedRuntime(ModelRuntime):
             if tokens is not None:
                 self.kv_tokens = tokens
             return result
-        _, kind, text, *rest = message
-        if rest:
-            self.kv_tokens = rest[0][0]
-        raise _ERRORS.get(kind, GambitError)(text)
+        _, kind, text, state = message
+        if state is not None:
+            self.kv_tokens = state[0]
+        cls = _ERRORS.get(kind, GambitError)
+        if issubclass(cls, ModelFileError):
+            raise cls(str(self.path), text.removesuffix(f": {self.path}"))
+        raise cls(text)
 
     def _lose(self, why: str | None = None) -> WorkerLostError:
         """End the child and say which worker is gone, as far as can be told."""
