@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import socket
 import struct
+import time
 from dataclasses import dataclass
 
 import llama_cpp as ll
@@ -62,6 +63,10 @@ class WorkerInfo:
     endpoint: str
     version: tuple[int, int, int]
     devices: tuple[DeviceMemory, ...]
+    # The link's round-trip time: the fastest of the probe's request/reply
+    # exchanges (HELLO and the memory queries, each a few bytes), so the
+    # network's latency with next to no work on the worker's side.
+    rtt_s: float = 0.0
 
     @property
     def free(self) -> int:
@@ -123,12 +128,18 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-def _call(sock: socket.socket, cmd: int, payload: bytes, reply_size: int) -> bytes:
+def _call(
+    sock: socket.socket, cmd: int, payload: bytes, reply_size: int, rtts: list[float] | None = None
+) -> bytes:
+    t0 = time.perf_counter()
     sock.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
     (size,) = struct.unpack("<Q", _recv_exact(sock, 8))
     if size != reply_size:
         raise ValueError(f"reply of {size} bytes to command {cmd}, expected {reply_size}")
-    return _recv_exact(sock, size)
+    reply = _recv_exact(sock, size)
+    if rtts is not None:
+        rtts.append(time.perf_counter() - t0)
+    return reply
 
 
 def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> WorkerInfo:
@@ -151,9 +162,10 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> WorkerInfo:
         ) from exc
     except OSError as exc:
         raise RpcWorkerError(endpoint, f"Cannot reach {endpoint}: {exc.strerror or exc}.") from exc
+    rtts: list[float] = []
     with sock:
         try:
-            hello = _call(sock, _CMD_HELLO, bytes(_CONN_CAPS), 4 + _CONN_CAPS)
+            hello = _call(sock, _CMD_HELLO, bytes(_CONN_CAPS), 4 + _CONN_CAPS, rtts)
             version = (hello[0], hello[1], hello[2])
             if version[0] != PROTO_MAJOR or version[1] > PROTO_MINOR:
                 raise RpcWorkerError(
@@ -162,10 +174,10 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> WorkerInfo:
                     f"Gambit speaks {PROTO_MAJOR}.{PROTO_MINOR}: install the same Gambit "
                     "version on both machines.",
                 )
-            (count,) = struct.unpack("<I", _call(sock, _CMD_DEVICE_COUNT, b"", 4))
+            (count,) = struct.unpack("<I", _call(sock, _CMD_DEVICE_COUNT, b"", 4, rtts))
             devices = []
             for device in range(count):
-                reply = _call(sock, _CMD_GET_DEVICE_MEMORY, struct.pack("<I", device), 16)
+                reply = _call(sock, _CMD_GET_DEVICE_MEMORY, struct.pack("<I", device), 16, rtts)
                 devices.append(DeviceMemory(*struct.unpack("<QQ", reply)))
         except TimeoutError as exc:
             raise RpcWorkerError(
@@ -181,7 +193,7 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> WorkerInfo:
             ) from exc
         except OSError as exc:
             raise RpcWorkerError(endpoint, f"Lost {endpoint}: {exc.strerror or exc}.") from exc
-    return WorkerInfo(endpoint, version, tuple(devices))
+    return WorkerInfo(endpoint, version, tuple(devices), min(rtts))
 
 
 # --- the RPC backend of the installed llama.cpp -------------------------------

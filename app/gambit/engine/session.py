@@ -27,6 +27,7 @@ from gambit.engine.drafters.registry import (
     spec,
 )
 from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe
+from gambit.engine.placement import TargetPlacement
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
 from gambit.engine.target_host import HostedRuntime, open_target
 from gambit.engine.template_sandbox import RenderCancelledError
@@ -127,6 +128,10 @@ class Engine:
             probe, config.target, target_options, self.node_max + 1
         )
         self.target = open_target(config.target, target_options)
+        # Where the target's layers live when workers hold some (None: all here).
+        self.placement: TargetPlacement | None = (
+            self.target.placement if isinstance(self.target, HostedRuntime) else None
+        )
         self.draft_kernels: KernelChoice | None = None
         self.draft_runtime: ModelRuntime | None = None
         self.layer_skip: LayerSkipInfo | None = None

@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from gambit.engine import rpc
 from gambit.engine.kernels import implied_kernels
+from gambit.engine.placement import placement_for
 from gambit.engine.runtime import FloatRows, ModelRuntime, RuntimeOptions, ensure_backend
 from gambit.errors import (
     ContextOverflowError,
@@ -140,10 +141,17 @@ class HostedRuntime(ModelRuntime):
         self._proc: Any = None
         self._conn: Connection | None = None
         self._lost: WorkerLostError | None = None
-        check_model_file(self.path)
+        header = check_model_file(self.path)
         # A failed connect inside llama.cpp would end the process: ask first.
         self._workers = [rpc.probe(endpoint) for endpoint in options.rpc_workers]
         self._load_vocab()
+        # Where llama.cpp will put the layers, from the memory the workers just reported.
+        self.placement = placement_for(
+            _block_count(header.metadata, header.architecture),
+            options.n_gpu_layers,
+            self._workers,
+            host_free=rpc.device_memory(rpc.cpu_device()).free,
+        )
         fd, self._log = tempfile.mkstemp(prefix="gambit-rpc-", suffix=".log")
         os.close(fd)
         try:
@@ -330,6 +338,12 @@ class HostedRuntime(ModelRuntime):
             with contextlib.suppress(OSError):
                 os.unlink(log)
         super().close()
+
+
+def _block_count(metadata: dict[str, Any], arch: str) -> int:
+    """llama.cpp's n_layer (the vocabulary-only load here leaves it 0)."""
+    value = metadata.get(f"{arch}.block_count", 0)
+    return value if isinstance(value, int) else 0
 
 
 def _last_line(path: str) -> str:
