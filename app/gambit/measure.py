@@ -340,8 +340,10 @@ def run_measurement(
     except _CancelledError:
         raise MeasurementCancelledError(done, total) from None
     finally:
-        replayer.reset()
-        gc.unfreeze()
+        try:
+            replayer.reset()  # (raises again when a worker was lost: the same error)
+        finally:
+            gc.unfreeze()
     if not tally.turns:
         raise GambitError(
             "None of the chosen turns fits in the context window: raise the context size."

@@ -58,6 +58,7 @@ class MeasureOutcome:
     path: Path | None = None
     error: str | None = None
     cancelled: bool = False
+    worker_lost: bool = False  # a worker holding the target's layers went, and the engine
 
 
 def measure_history(

@@ -1,7 +1,9 @@
 """Measure on my chats, end to end in the window: the real engine (SmolLM2 Q8_0
 target, Q4_1 draft), a real conversation database under tmp_path, real
 widgets offscreen. The measurement runs on the worker thread; the
-conversations stay byte-identical; the window stays responsive.
+conversations stay byte-identical; the window stays responsive. A worker that
+holds the target's layers killed mid-run ends the measurement (a real
+``gambit-worker``).
 
 ``GAMBIT_SCREENSHOT_DIR`` set: the screenshots are copied there too (for docs/).
 """
@@ -20,13 +22,23 @@ import pytest
 from PySide6.QtCharts import QChartView, QScatterSeries
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QLabel, QListWidget, QProgressBar, QPushButton, QTableWidget
+from PySide6.QtWidgets import (
+    QLabel,
+    QListWidget,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+)
 from pytestqt.qtbot import QtBot
 
+from gambit.engine.target_host import HostedRuntime
 from gambit.storage.conversations import ConversationStore
+from gambit.storage.measurements import measurements_dir
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.main_window import MainWindow
 from gambit.ui.measure_dialog import MeasureDialog
+from worker_process import workers
 
 LOAD_TIMEOUT_MS = 120_000
 MEASURE_TIMEOUT_MS = 300_000
@@ -285,3 +297,66 @@ def test_cancel_mid_run_then_a_second_run_is_listed_first(
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.generating, timeout=MEASURE_TIMEOUT_MS)
     assert window.chat.messages[-1].role == "assistant" and window.chat.messages[-1].text
+
+
+def test_a_worker_killed_mid_measurement_ends_it_and_drops_the_engine(
+    qtbot: QtBot, tmp_path: Path, db: Path, smol_q4_1: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("GAMBIT_HOME", str(home))  # a measurement would be saved here
+    store = SettingsStore(tmp_path / "settings.json")
+    with workers(tmp_path, 1) as (worker,):
+        store.save(
+            Settings(
+                target_model=str(smol_q4_1),
+                drafter="lookup",
+                temperature=0.0,
+                context_size=1024,
+                threads=1,
+                rpc_workers=(worker.endpoint,),
+            )
+        )
+        window = MainWindow(store, ConversationStore(db))
+        qtbot.addWidget(window)
+        window.show()
+        window.load_engine()
+        qtbot.waitUntil(lambda: window.engine_info is not None, timeout=MEASURE_TIMEOUT_MS)
+        engine = window.worker._engine
+        assert engine is not None and isinstance(engine.target, HostedRuntime)
+        before = fingerprint(db)  # (once the window has opened it: an empty WAL)
+
+        dialog = open_dialog(qtbot, window)
+        dialog.max_tokens.setValue(96)  # long replays: the kill lands mid-run
+        qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
+        assert dialog.running
+        bar = dialog.findChild(QProgressBar, "measureProgress")
+        assert isinstance(bar, QProgressBar)
+        qtbot.waitUntil(lambda: bar.value() >= 1, timeout=MEASURE_TIMEOUT_MS)  # a replay is done
+        assert bar.value() < bar.maximum()
+        worker.kill()  # SIGKILL, mid-measurement
+        qtbot.waitUntil(lambda: not dialog.running, timeout=MEASURE_TIMEOUT_MS)
+
+    outcome = dialog.last_outcome
+    assert outcome is not None and outcome.worker_lost and not outcome.cancelled
+    assert outcome.report is None and outcome.path is None
+    assert outcome.error is not None and worker.endpoint in outcome.error
+    assert "Nothing was saved" in outcome.error
+    assert dialog.status.text() == outcome.error  # the dialog names the worker
+    assert bar.format() == "Worker lost" and dialog.earlier.count() == 0
+    assert dialog.start_button.isEnabled() and not dialog.cancel_button.isEnabled()
+    # the broken engine is gone, as after a lost reply, and the window says so
+    assert window.worker._engine is None and window.engine_info is None
+    assert not window.generating and window.send_button.isEnabled()
+    qtbot.waitUntil(lambda: window.findChild(QMessageBox, "workerLostDialog") is not None)
+    box = window.findChild(QMessageBox, "workerLostDialog")
+    assert isinstance(box, QMessageBox) and worker.endpoint in box.text()
+    # nothing written: no report, no message in any conversation
+    saved = measurements_dir()
+    assert saved.is_relative_to(home) and not (saved.exists() and any(saved.iterdir()))
+    assert fingerprint(db) == before
+    # Start again while the engine is gone: the same message, nothing runs
+    qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
+    assert not dialog.running and dialog.status.text() == outcome.error
+    box.close()
+    dialog.close()
+    window.close()

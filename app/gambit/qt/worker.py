@@ -306,6 +306,13 @@ class EngineWorker(QObject):
             self.measure_finished.emit(MeasureOutcome(report, path))
         except MeasurementCancelledError as exc:
             self.measure_finished.emit(MeasureOutcome(error=str(exc), cancelled=True))
+        except WorkerLostError as exc:
+            # As for a lost reply: the target cannot decode again, so the engine
+            # goes and the window offers to load it here; nothing was saved.
+            message = _measurement_lost(exc, engine)
+            self._close_engine()
+            self.measure_finished.emit(MeasureOutcome(error=message, worker_lost=True))
+            self.engine_lost.emit(message, None)
         except GambitError as exc:
             self.measure_finished.emit(MeasureOutcome(error=str(exc)))
         except Exception as exc:
@@ -344,6 +351,19 @@ class EngineWorker(QObject):
     ) -> ReplyResult:
         return ReplyResult("".join(parts), tuple(drafted), "error",
                            self._snapshot(engine, tracker), False)  # fmt: skip
+
+
+def _measurement_lost(exc: WorkerLostError, engine: Engine) -> str:
+    """The lost worker's message for a measurement (the engine's own speaks of
+    a reply, and a measurement has none to keep)."""
+    options = getattr(engine.target, "options", None)
+    names = getattr(exc, "endpoints", ()) or getattr(options, "rpc_workers", ())
+    who = f"The worker {', '.join(names)}" if names else "A worker"
+    return (
+        f"The measurement stopped: {who} holding the target's layers was lost. Nothing "
+        "was saved and your conversations were not changed. Continue on this machine "
+        "from the main window, or start the worker again and reload from Settings → Workers."
+    )
 
 
 def _char_flags(

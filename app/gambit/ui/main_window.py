@@ -343,8 +343,10 @@ class MainWindow(WindowPanes):
     @Slot(str, object)
     def _on_engine_lost(self, message: str, partial: ReplyResult | None) -> None:
         """A worker holding the target's layers is gone and the engine with it: the
-        reply so far is saved, and the window offers to go on on this machine."""
-        self._finish_reply(partial, error=message)
+        reply so far is saved, and the window offers to go on on this machine.
+        (Lost during a measurement, there is no reply: nothing is stored.)"""
+        if self.generating:
+            self._finish_reply(partial, error=message)
         self.engine_info = None
         self._worker_lost = message
         self.stats.set_engine(None)

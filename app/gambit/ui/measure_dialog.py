@@ -329,7 +329,8 @@ class MeasureDialog(QDialog):
             max_tokens=self.max_tokens.value(),
             system_prompt=settings.system_prompt,
             save_to=self.host.measurements_dir,
-            app_settings=asdict(settings),
+            # JSON-shaped (the workers' tuple a list), as the report's file holds it
+            app_settings=json.loads(json.dumps(asdict(settings))),
         )
 
     # --------------------------------------------------------------- measuring
@@ -338,7 +339,9 @@ class MeasureDialog(QDialog):
         if self.running:
             return
         if self.host.engine_info() is None:
-            self.status.setText("The model is not loaded yet: measure once it is ready.")
+            last = self.last_outcome  # (a lost worker took the model: say so again)
+            lost = last.error if last is not None and last.worker_lost else None
+            self.status.setText(lost or "The model is not loaded yet: measure once it is ready.")
             return
         if self.host.busy():
             self.status.setText("A reply is being written: measure once it has finished.")
@@ -397,7 +400,10 @@ class MeasureDialog(QDialog):
             self.status.setText(f"Saved as {outcome.path.name}.")
             self._add_earlier(outcome.report, outcome.path)
         else:
-            self.progress.setFormat("Cancelled" if outcome.cancelled else "Stopped")
+            self.progress.setFormat(
+                "Cancelled" if outcome.cancelled else "Worker lost" if outcome.worker_lost
+                else "Stopped"
+            )  # fmt: skip
             self.status.setText(outcome.error or "The measurement stopped.")
         self._update_buttons()
 
