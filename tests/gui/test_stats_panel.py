@@ -17,6 +17,7 @@ from pytestqt.qtbot import QtBot
 
 from gambit.engine.backend import BackendInfo
 from gambit.engine.metrics import MetricsSnapshot
+from gambit.engine.placement import TargetPlacement, WorkerShare
 from gambit.qt.worker import EngineInfo
 from gambit.ui import theme
 from gambit.ui.stats_panel import PLACEHOLDER, TOOLTIPS, StatsPanel, speedup_tone
@@ -406,6 +407,20 @@ def test_engine_line_shows_the_chosen_kernels(panel: StatsPanel) -> None:
     assert text(panel, "kernelsValue") == f"Kernels: {line}"
     panel.set_engine(None)  # a failed load leaves no stale verdict behind
     assert not visible(panel, "kernelsValue")
+
+
+def test_target_line_shows_a_split_target_only(panel: StatsPanel) -> None:
+    panel.set_engine(engine_info())  # a target on this machine: nothing to say
+    assert not visible(panel, "targetValue")
+    share = WorkerShare("10.0.0.2:50052", 15, 8 * 1024**3, 0.0004)
+    costs = "Target pass: t(1) 20.0 ms · t(5)/t(1) 1.25"
+    panel.set_engine(engine_info(placement=TargetPlacement(16, (share,)), target_costs=costs))
+    assert visible(panel, "targetValue")
+    assert text(panel, "targetValue") == (
+        f"Target: 16 layers here · 15 on 10.0.0.2:50052 (rtt 0.40 ms)\n{costs}"
+    )
+    panel.set_engine(None)
+    assert not visible(panel, "targetValue")
 
 
 def test_screenshot(qtbot: QtBot, panel: StatsPanel, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from gambit.engine.chat import Message
 from gambit.engine.decoder import GenerationConfig, StopReason
 from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
 from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
+from gambit.engine.placement import TargetPlacement, describe_costs
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.target_host import WorkerLostError
@@ -56,6 +57,10 @@ class EngineInfo:
     # Why the drafter chosen in the settings is not used, in plain words (layer
     # skipping would not pay, or its search was cancelled); None when it is.
     drafter_refused: str | None = None
+    # Where the target's layers live when workers hold some (None: all here),
+    # and what one target pass costs ("Target pass: t(1) 12.3 ms · t(5)/t(1) 1.4").
+    placement: TargetPlacement | None = None
+    target_costs: str = ""
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,8 @@ class EngineWorker(QObject):
                 drafter_detail=engine.drafter_detail,
                 kernels=engine.target_kernels.describe(),
                 drafter_refused=refused,
+                placement=engine.placement,
+                target_costs=describe_costs(engine.controller.costs),
             )
             self.loaded.emit(info)
         except GambitError as exc:

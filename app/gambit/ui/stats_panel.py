@@ -229,6 +229,24 @@ class StatsPanel(QDockWidget):
             else ""
         )
         self._kernels.setVisible(bool(kernels))
+        self._show_target(info)
+
+    def _show_target(self, info: EngineInfo | None) -> None:
+        """Where the target's layers are, when workers hold some, and what a pass costs."""
+        placement = info.placement if info is not None else None
+        text = placement.describe() if placement is not None else ""
+        if text and info is not None and info.target_costs:
+            text += "\n" + info.target_costs
+        self._target.setText(text)
+        self._target.setToolTip(
+            "The target's layers on this machine and on each worker, with the link's "
+            "round-trip time. Every pass crosses the link, so checking k draft tokens "
+            "in one pass costs little more than one token (t(k)/t(1) near 1): that is "
+            "why speculation pays over a network."
+            if text
+            else ""
+        )
+        self._target.setVisible(bool(text))
 
     def value_label(self, name: str) -> QLabel:
         """The counter label called ``name`` (e.g. ``"speedupValue"``)."""
@@ -413,23 +431,11 @@ class StatsPanel(QDockWidget):
         layout.setContentsMargins(14, 6, 14, 10)
         layout.setSpacing(4)
 
-        self._backend = QLabel()
-        self._backend.setObjectName("backendValue")
-        self._backend.setFont(self._caption_font)
-        self._backend.setVisible(False)
-        layout.addWidget(self._backend)
-        self._drafter = QLabel()
-        self._drafter.setObjectName("drafterValue")
-        self._drafter.setFont(self._caption_font)
-        self._drafter.setWordWrap(True)
-        self._drafter.setVisible(False)
-        layout.addWidget(self._drafter)
-        self._kernels = QLabel()
-        self._kernels.setObjectName("kernelsValue")
-        self._kernels.setFont(self._caption_font)
-        self._kernels.setWordWrap(True)
-        self._kernels.setVisible(False)
-        layout.addWidget(self._kernels)
+        # What was loaded, in caption lines; each hidden while it has nothing to say.
+        self._backend, self._drafter, self._kernels, self._target = (
+            self._info_line(layout, name, wrap=name != "backendValue")
+            for name in ("backendValue", "drafterValue", "kernelsValue", "targetValue")
+        )
 
         # The figures first (speed, drafting, latency), then the charts: the headline
         # numbers never need scrolling, and the charts share the height that is left.
@@ -452,6 +458,15 @@ class StatsPanel(QDockWidget):
         scroll.setWidget(content)
         content.setMinimumWidth(280)
         self.setWidget(scroll)
+
+    def _info_line(self, layout: QVBoxLayout, name: str, *, wrap: bool) -> QLabel:
+        label = QLabel()
+        label.setObjectName(name)
+        label.setFont(self._caption_font)
+        label.setWordWrap(wrap)
+        label.setVisible(False)
+        layout.addWidget(label)
+        return label
 
     def _build_figures(self, layout: QVBoxLayout) -> None:
         """The counter tiles: speed, then drafting, then latency."""
