@@ -213,21 +213,21 @@ def check_fits(
         ram_needed -= int(share * (est.weights_bytes + est.kv_bytes))
         if vram_needed > vram_free:
             return (
-                f"{names} at {n_ctx:,} tokens of context need about {_gb(vram_needed)} of "
-                f"GPU memory, but only {_gb(vram_free)} is free. Offload fewer layers, "
+                f"{names} at {n_ctx:,} tokens of context need about {format_size(vram_needed)} of "
+                f"GPU memory, but only {format_size(vram_free)} is free. Offload fewer layers, "
                 "choose a smaller context or a smaller model."
             )
     free = available if available is not None else available_memory()
     if ram_needed > free:
         return (
-            f"{names} at {n_ctx:,} tokens of context need about {_gb(ram_needed)} of "
-            f"memory, but only {_gb(free)} is available. Close other programs, choose a "
+            f"{names} at {n_ctx:,} tokens of context need about {format_size(ram_needed)} of "
+            f"memory, but only {format_size(free)} is available. Close other programs, choose a "
             "smaller context or a smaller model (or a smaller draft)."
         )
     return None
 
 
-def _gb(n: int) -> str:
+def format_size(n: int) -> str:
     if n >= 1 << 30:
         return f"{n / (1 << 30):.1f} GiB"
     return f"{n / MIB:.0f} MiB"
