@@ -57,10 +57,11 @@ from gambit.ui.models_dialog.library_page import (
     library_tab,
     problem_lines,
 )
-from gambit.ui.models_dialog.memory_view import estimate_pair_memory
+from gambit.ui.models_dialog.memory_view import Workers, estimate_pair_memory
 from gambit.ui.models_dialog.tasks import TaskKind, TaskStrip
 from gambit.ui.models_dialog.text import format_bytes, same_file
 from gambit.ui.models_dialog.widgets import message_label, show_message
+from gambit.ui.models_dialog.worker_memory import WorkerMemoryProbe
 from gambit.ui.theme import Tone
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,10 @@ class ModelsDialog(QDialog):
         self.resize(1300, 800)
         self._build()
         self._connect()
+        # The workers' free memory, for the split of the target (asked off the UI thread)
+        self.worker_memory = WorkerMemoryProbe(settings.rpc_workers, self)
+        self.worker_memory.answered.connect(self._on_workers_answered)
+        self.worker_memory.start()
         self.catalog.load()
         self.reload()
         if self._unlisted():  # e.g. the default model, fetched before any scan
@@ -333,6 +338,7 @@ class ModelsDialog(QDialog):
 
     def done(self, result: int) -> None:  # the one way a QDialog closes
         self.tasks.stop()
+        self.worker_memory.stop()
         super().done(result)
 
     # ================================================================== layout
@@ -436,11 +442,19 @@ class ModelsDialog(QDialog):
                 draft,
                 lambda: self._info_for(target_path) if target_path is not None else None,
             )
-            est = estimate_pair_memory(target, draft, s.context_size, kv, s.gpu_layers_target)
+            workers = Workers(s.rpc_workers, s.worker_layers, self.worker_memory.results)
+            est = estimate_pair_memory(
+                target, draft, s.context_size, kv, s.gpu_layers_target, workers
+            )
         except (GambitError, OSError, ValueError) as exc:
             view.show_failure(str(exc))
             return
         view.show_estimate(est)
+
+    def _on_workers_answered(self) -> None:
+        entry = self.selected_entry()
+        if entry is not None:
+            self._show_memory(entry)
 
     def _show_drafts(self, entry: LibraryEntry) -> None:
         key = str(entry.path)

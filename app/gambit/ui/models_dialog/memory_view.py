@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QGroupBox, QLabel, QProgressBar, QVBoxLayout
 from gambit.engine.kernels import KVType
 from gambit.formats.gguf_info import ModelInfo
 from gambit.models.memory import MemoryEstimate, available_memory, check_fits, estimate_memory
+from gambit.models.memory_split import MemorySplit, WorkerMemory, split_memory
 from gambit.ui import theme
 from gambit.ui.models_dialog.text import MIB, format_bytes, html
 from gambit.ui.models_dialog.widgets import PROGRESS_STEPS
@@ -28,23 +29,57 @@ class PairEstimate:
     kv: KVType
     available: int
     warning: str | None
+    split: MemorySplit | None = None  # with workers, once they answered
+    asking: int = 0  # workers still being asked for their memory
 
     @property
     def total(self) -> int:
         return self.target_est.total_bytes + (self.draft_est.total_bytes if self.draft_est else 0)
 
+    @property
+    def local(self) -> int:
+        """What this machine holds: all of it, or its part of a split."""
+        return self.split.local_bytes if self.split is not None else self.total
+
 
 def estimate_pair_memory(
-    target: ModelInfo, draft: ModelInfo | None, n_ctx: int, kv: KVType, gpu_layers: int
+    target: ModelInfo,
+    draft: ModelInfo | None,
+    n_ctx: int,
+    kv: KVType,
+    gpu_layers: int,
+    workers: Workers | None = None,
 ) -> PairEstimate:
-    """Estimate ``target`` (with ``draft``) at ``n_ctx``; raises what reading does."""
+    """Estimate ``target`` (with ``draft``) at ``n_ctx``; raises what reading does.
+    With ``workers``, the target's layers are split over them once they answered."""
     t_est = estimate_memory(target, n_ctx, kv)
     d_est = estimate_memory(draft, n_ctx, kv) if draft is not None else None
     available = available_memory()
+    if workers is not None and workers.endpoints:
+        if workers.answers is None:  # the target goes out; how much, the workers will say
+            asking = len(workers.endpoints)
+            return PairEstimate(
+                target, draft, t_est, d_est, n_ctx, kv, available, None, None, asking
+            )
+        split = split_memory(
+            target, draft, n_ctx, kv,
+            worker_layers=workers.layers, workers=workers.answers, available=available,
+        )  # fmt: skip
+        warning = " ".join(split.problems) or None
+        return PairEstimate(target, draft, t_est, d_est, n_ctx, kv, available, warning, split)
     warning = check_fits(
         target, draft, n_ctx, kv_type=kv, gpu_layers=gpu_layers, available=available
     )
     return PairEstimate(target, draft, t_est, d_est, n_ctx, kv, available, warning)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """The workers of the settings, their layer count and their answers (None: asking)."""
+
+    endpoints: tuple[str, ...]
+    layers: int  # 0: all
+    answers: tuple[WorkerMemory, ...] | None
 
 
 class MemoryView(QGroupBox):
@@ -88,15 +123,24 @@ class MemoryView(QGroupBox):
             f"({est.kv.upper()} KV cache), "
             f"against {format_bytes(est.available)} of memory available now.</p>"
         )
+        if est.asking:
+            n = est.asking
+            text += (
+                f"<p style='color:{muted}'>Asking the {n} worker{'s' if n != 1 else ''} for "
+                "their free memory, to split the target's layers…</p>"
+            )
+        if est.split is not None:
+            text += split_table(est.split, est.draft is not None)
         if est.warning:
             amber = theme.pick(theme.WARN, palette).name()
-            text += f"<p style='color:{amber}'><b>⚠ Will not fit.</b> {html(est.warning)}</p>"
+            verdict = "Will not load" if est.split and est.split.unreachable else "Will not fit"
+            text += f"<p style='color:{amber}'><b>⚠ {verdict}.</b> {html(est.warning)}</p>"
         self.label.setText(text)
         self._show_share(est)
 
     def _show_share(self, est: PairEstimate) -> None:
         palette = self.label.palette()
-        share = est.total / est.available if est.available > 0 else 1.0
+        share = est.local / est.available if est.available > 0 else 1.0
         self.bar.setValue(min(PROGRESS_STEPS, max(1, round(share * PROGRESS_STEPS))))
         tone: Tone = "bad" if est.warning else ("warn" if share > 0.6 else "good")
         chunk = theme.tone_colour(tone, palette).name()
@@ -123,4 +167,36 @@ def _line(role: str, info: ModelInfo, est: MemoryEstimate, muted: str) -> str:
         f"<tr><td><b>{role}</b>&nbsp; {html(info.path.name)}</td>"
         f"<td align='right'>&nbsp;&nbsp;{format_bytes(est.total_bytes)}</td></tr>"
         f"<tr><td colspan='2' style='color:{muted}'>{parts} MiB</td></tr>"
+    )
+
+
+def split_table(split: MemorySplit, with_draft: bool) -> str:
+    """Each worker's layers and memory against its free memory (or that it does
+    not answer), then what stays on this machine."""
+    rows = ""
+    for share in split.shares:
+        what = f"{share.layers} layer{'s' if share.layers != 1 else ''}"
+        what += " + output" if share.output else ""
+        free = format_bytes(share.worker.free)
+        flag = "" if share.fits else " ⚠"
+        rows += (
+            f"<tr><td>{html(share.worker.endpoint)}&nbsp; {what}</td>"
+            f"<td align='right'>&nbsp;&nbsp;{format_bytes(share.bytes)} of {free} free{flag}"
+            "</td></tr>"
+        )
+    for worker in split.unreachable:
+        rows += (
+            f"<tr><td>{html(worker.endpoint)}</td>"
+            "<td align='right'>&nbsp;&nbsp;unreachable ⚠</td></tr>"  # (why: in the warning)
+        )
+    here = f"{split.local_layers} layer{'s' if split.local_layers != 1 else ''}, embeddings"
+    here += ", the draft" if with_draft else ""
+    rows += (
+        f"<tr><td><b>This machine</b>&nbsp; {here}</td>"
+        f"<td align='right'>&nbsp;&nbsp;<b>{format_bytes(split.local_bytes)}</b> of "
+        f"{format_bytes(split.available)} available</td></tr>"
+    )
+    return (
+        f"<p><b>Split over the workers</b> ({split.n_layer} layers)</p>"
+        f"<table width='100%' cellspacing='0' cellpadding='1'>{rows}</table>"
     )
