@@ -23,6 +23,7 @@ from gambit.engine.chat import Message
 from gambit.engine.controller import GammaController, PolicyMode
 from gambit.engine.decoder import GenerationConfig, Round
 from gambit.engine.metrics import GenerationStats, speedup
+from gambit.engine.placement import TargetPlacement, WorkerShare, cost_curve
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError
@@ -114,14 +115,20 @@ class ModeTotals:
 
     runs: int = 0
     stats: GenerationStats = field(default_factory=GenerationStats)
+    gamma_sum: int = 0  # the γ each round asked for, summed over the rounds that wrote tokens
+    gamma_rounds: int = 0
 
-    def add(self, s: GenerationStats) -> None:
+    def add(self, s: GenerationStats, rounds: list[Round] | None = None) -> None:
         self.runs += 1
         self.stats.merge(s)
+        for rnd in rounds or ():
+            if rnd.tokens:
+                self.gamma_sum += rnd.gamma
+                self.gamma_rounds += 1
 
     def figures(self) -> dict[str, float]:
         s = self.stats
-        return {
+        figures = {
             "tokens": s.n_tokens,
             "tokens_per_s": s.tokens_per_s,
             # prompt processing (the drafter's too) included: what a reply takes
@@ -136,6 +143,9 @@ class ModeTotals:
             "ttft_ms": s.ttft_s / self.runs * 1000 if self.runs else 0.0,
             "overhead_share": s.overhead_share,
         }
+        if self.gamma_rounds:  # (only where the rounds were handed in)
+            figures["mean_gamma"] = self.gamma_sum / self.gamma_rounds
+        return figures
 
 
 def run_bench(
@@ -184,11 +194,12 @@ def run_bench(
             # rotate the order so a slow spell of the machine hits every mode
             order = modes[i % len(modes) :] + modes[: i % len(modes)]
             for mode in order:
-                stats, tokens = run_once(engine, bp.prompt, config, controllers[mode])
+                rounds: list[Round] = []
+                stats, tokens = run_once(engine, bp.prompt, config, controllers[mode], rounds)
                 outputs[mode] = tokens
-                totals[bp.suite][mode].add(stats)
+                totals[bp.suite][mode].add(stats, rounds)
                 if several_suites:
-                    totals["ALL"][mode].add(stats)
+                    totals["ALL"][mode].add(stats, rounds)
                 print(  # on stderr, with --json too: stdout holds only the report
                     f"  [{i + 1}/{len(runs)}] {bp.suite:<10} {mode:<12} "
                     f"{stats.n_tokens:4d} tok {stats.tokens_per_s:7.1f} tok/s "
@@ -202,7 +213,7 @@ def run_bench(
         engine.close()
 
     report = _report(totals, modes, engine_config, sampling, args)
-    report["drafter_name"] = engine.drafter.name if engine.drafter else None
+    report.update(_engine_facts(engine))
     if compared:
         report["identical_outputs"] = f"{identical}/{compared}"
     if args.json:
@@ -241,6 +252,22 @@ def _report(
     }
 
 
+def _engine_facts(engine: Engine) -> dict[str, Any]:
+    """The drafter's name; where the target ran (with --rpc) and what a pass of
+    k tokens cost there: the calibration's t(1) and t(k)/t(1), the figures
+    speculation's bet rests on (a link makes t(1) long and the ratio small)."""
+    curve = cost_curve(engine.costs)
+    return {
+        "drafter_name": engine.drafter.name if engine.drafter else None,
+        "placement": engine.placement.as_dict() if engine.placement else None,
+        "cost_curve": (
+            {"t1_ms": engine.costs.t1 * 1e3, "ratio": {str(k): r for k, r in curve.items()}}
+            if curve
+            else None
+        ),
+    }
+
+
 def _speedup(mode: str, stats: GenerationStats, base: float) -> float:
     """A mode's speedup as ``gambit.engine.metrics`` defines it, against the
     target-only runs of the same prompts: 1.0 for target-only itself and for a
@@ -248,6 +275,15 @@ def _speedup(mode: str, stats: GenerationStats, base: float) -> float:
     if mode == TARGET_ONLY or not stats.n_drafted:
         return 1.0
     return speedup(stats.tokens_per_s, base, stats.n_drafted) or 0.0
+
+
+def _placement_line(placement: dict[str, Any]) -> str:
+    """The report's placement as ``TargetPlacement.describe`` says it."""
+    workers = tuple(
+        WorkerShare(w["endpoint"], w["layers"], w["free_bytes"], w["rtt_ms"] / 1e3)
+        for w in placement["workers"]
+    )
+    return TargetPlacement(placement["local_layers"], workers).describe()
 
 
 def _side(f: dict[str, float]) -> str:
@@ -265,6 +301,12 @@ def _print_table(report: dict[str, Any], modes: list[str]) -> None:
         + (f" ({report['draft']})" if report["draft"] else "")
         + f"  gamma {report['gamma']}  temp {report['temperature']}  seed {report['seed']}"
     )
+    if report.get("placement"):
+        print(_placement_line(report["placement"]))
+    if report.get("cost_curve"):
+        curve = report["cost_curve"]
+        ratios = "  ".join(f"t({k})/t(1) {r:.2f}" for k, r in curve["ratio"].items() if k != "1")
+        print(f"target pass: t(1) {curve['t1_ms']:.1f} ms  {ratios}".rstrip())
     w = max(14, *(len(m) for m in modes))  # history modes: "tree lookup adaptive"
     header = (
         f"{'suite':<10} {'mode':<{w}} {'tok/s':>7} {'speedup':>7} {'accept':>7} "

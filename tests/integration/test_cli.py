@@ -211,6 +211,11 @@ def test_bench_json(tmp_path: Path, smol_q8_0: Path, smol_q4_1: Path, prompts_fi
         suites["a"]["fixed"]["tokens"] + suites["b"]["fixed"]["tokens"]
     )
     assert report["identical_outputs"] == "2/2"
+    assert report["placement"] is None  # the target ran here
+    curve = report["cost_curve"]  # the calibration: t(1), and t(k)/t(1) for the k measured
+    assert curve["t1_ms"] > 0 and curve["ratio"]["1"] == 1.0 and len(curve["ratio"]) > 1
+    assert suites["a"]["target-only"]["mean_gamma"] == 0.0
+    assert 0 < suites["a"]["fixed"]["mean_gamma"] <= report["gamma"]
 
 
 def test_bench_table(tmp_path: Path, smol_q8_0: Path, smol_q4_1: Path, prompts_file: Path) -> None:

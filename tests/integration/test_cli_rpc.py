@@ -3,6 +3,7 @@ on 127.0.0.1, the CLI as a user runs it (a subprocess, real SmolLM2 weights)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +46,25 @@ def test_generate_through_a_worker_gives_the_local_greedy_text(
     # and with only some of the layers there (the rest here)
     split = gambit(*args, "--rpc", worker.endpoint, "--worker-layers", "12", home=tmp_path)
     assert _reply(split) == local
+
+
+def test_bench_through_a_worker_reports_the_split_and_the_pass_cost(
+    tmp_path: Path, smol_q4_1: Path, worker: WorkerProcess
+) -> None:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Name three fruits.", "suite": "a"}) + "\n")
+    args = ["bench", "--target", smol_q4_1, "--lookup", "--policy", "adaptive", *FAST,
+            "--prompts", prompts, "--max-tokens", "16", "--rpc", worker.endpoint,
+            "--worker-layers", "12"]  # fmt: skip
+    report = json.loads(_reply(gambit(*args, "--json", home=tmp_path)))
+    # SmolLM2-135M: 30 blocks and the output layer; the last 12 on the worker
+    assert report["placement"]["local_layers"] == 19
+    ((share,),) = (report["placement"]["workers"],)
+    assert share["endpoint"] == worker.endpoint and share["layers"] == 12 and share["rtt_ms"] > 0
+    assert report["cost_curve"]["t1_ms"] > 0 and report["cost_curve"]["ratio"]["1"] == 1.0
+    table = _reply(gambit(*args, home=tmp_path))
+    assert f"Target: 19 layers here · 12 on {worker.endpoint} (rtt " in table
+    assert "target pass: t(1) " in table
 
 
 @pytest.mark.parametrize("bad", ["lan box:1", "host:port", "127.0.0.1:70000"])
