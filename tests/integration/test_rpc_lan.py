@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,7 +118,9 @@ def _wait_for(ns: str, endpoint: str) -> None:
     _run("ip", "netns", "exec", ns, sys.executable, "-c", code)
 
 
-def _bench(prefix: list[str], target: Path, *drafter: str, rpc_to: str | None = None) -> dict:
+def _bench(
+    prefix: list[str], target: Path, *drafter: str, rpc_to: str | None = None
+) -> dict[str, Any]:
     cli = str(Path(sys.executable).with_name("gambit-cli"))
     cmd = [*prefix, cli, "bench", "--target", str(target),
            *drafter, "--prompts", str(PROMPTS), "--limit", "2", "--max-tokens", "64",
@@ -127,6 +130,24 @@ def _bench(prefix: list[str], target: Path, *drafter: str, rpc_to: str | None = 
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     return dict(json.loads(done.stdout))
+
+
+def _costs(report: dict[str, Any]) -> str:
+    """``"t(1) 9.1 ms, t(9)/t(1) 1.10"``: the calibration's pass cost (near 1:
+    a pass of k tokens costs one round trip, like a pass of one)."""
+    curve = report.get("cost_curve")
+    if not curve:
+        return "(not measured)"
+    k = max(curve["ratio"], key=int)
+    return f"t(1) {curve['t1_ms']:.1f} ms, t({k})/t(1) {curve['ratio'][k]:.2f}"
+
+
+def _where(placement: dict[str, Any]) -> str:
+    parts = [f"{placement['local_layers']} layers here"] + [
+        f"{w['layers']} on {w['endpoint']} (probe rtt {w['rtt_ms']:.2f} ms)"
+        for w in placement["workers"]
+    ]
+    return " · ".join(parts)
 
 
 def test_speculation_over_an_emulated_lan(
@@ -144,18 +165,23 @@ def test_speculation_over_an_emulated_lan(
     lines = [
         f"LAN: 1 Gbit/s, {2 * ONE_WAY_MS:g} ms round trip; F16 target, all layers on the worker"
     ]
-    lines.append(f"  local target-only: {local_rate:.1f} tok/s")
+    lines.append(f"  local target-only: {local_rate:.1f} tok/s; a pass {_costs(local)}")
     for name, report in runs.items():
         suite = report["suites"]["grounded"]
         plain, adaptive = suite["target-only"], suite["adaptive"]
         lines.append(
             f"  {name:13s} over the LAN: target-only {plain['tokens_per_s']:.1f} tok/s, adaptive "
             f"{adaptive['tokens_per_s']:.1f} tok/s = {adaptive['speedup']:.2f}x the split, "
-            f"{adaptive['tokens_per_s'] / local_rate:.2f}x the local target"
+            f"{adaptive['tokens_per_s'] / local_rate:.2f}x the local target; "
+            f"mean γ {adaptive.get('mean_gamma', 0.0):.1f}; a pass {_costs(report)}"
         )
         # Exact, whatever the timings: greedy speculation writes the target's tokens.
         n, total = map(int, report["identical_outputs"].split("/"))
         assert n == total > 0, f"{name}: {report['identical_outputs']} identical"
+        # Exact too: llama.cpp's rule puts every layer on the one worker.
+        placement = report["placement"]
+        assert placement["local_layers"] == 0 and len(placement["workers"]) == 1
+        lines.append(f"    {_where(placement)}")
     lines.append(f"  ({time.monotonic() - started:.0f} s)")
     with capsys.disabled():
         print("\n" + "\n".join(lines))
