@@ -1,8 +1,8 @@
 """``gambit-worker``: lend this machine's memory and compute to a Gambit elsewhere.
 
-It serves the CPU through llama.cpp's RPC backend (``gambit.engine.rpc``) and
-holds whatever layers of the target the Gambit on the other machine places
-here. The protocol has no authentication and no encryption, so it binds to
+It serves the GPUs (or, without one, the CPU) through llama.cpp's RPC
+backend (``gambit.engine.rpc``) and holds whatever layers of the target the
+Gambit on the other machine places here. The protocol has no authentication and no encryption, so it binds to
 127.0.0.1 unless told otherwise; an SSH tunnel is the safe way across a
 network (docs/multi-machine.md).
 """
@@ -35,7 +35,7 @@ SECURITY_NOTE = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gambit-worker",
-        description="Serve this machine's CPU to a Gambit on another machine, which "
+        description="Serve this machine's GPUs (or its CPU) to a Gambit elsewhere, which "
         "places some of its target model's layers here (llama.cpp RPC).",
         epilog=SECURITY_NOTE,
     )
@@ -83,11 +83,14 @@ def _check_port(host: str, port: int) -> str | None:
     return None
 
 
-def _announce(endpoint: str, threads: int, host: str, cache: str | None) -> None:
-    mem = rpc.device_memory(rpc.cpu_device())
+def _announce(
+    endpoint: str, threads: int, host: str, cache: str | None, devices: list[rpc.ServedDevice]
+) -> None:
     gib = 1024**3
     print(f"Gambit worker listening on {endpoint}", flush=True)
-    print(f"  memory : {mem.free / gib:.1f} GiB free of {mem.total / gib:.1f} GiB", flush=True)
+    for d in devices:
+        free, total = d.memory.free / gib, d.memory.total / gib
+        print(f"  device : {d.description}: {free:.1f} GiB free of {total:.1f} GiB", flush=True)
     print(f"  threads: {threads}", flush=True)
     print(f"  cache  : {cache or 'off'}", flush=True)
     print(
@@ -117,10 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = None if args.no_cache else str(paths.cache_dir() / "rpc")
     if cache:
         os.makedirs(cache, exist_ok=True)
-    _announce(endpoint, threads, args.host, cache)
+    devices = rpc.served_devices()
+    _announce(endpoint, threads, args.host, cache, devices)
     # llama.cpp's server loop never returns while it serves; it runs in a
     # thread so that Ctrl-C and SIGTERM reach the main thread and end it.
-    server = threading.Thread(target=rpc.serve, args=(endpoint, threads, cache), daemon=True)
+    server = threading.Thread(
+        target=rpc.serve, args=(endpoint, threads, cache, devices), daemon=True
+    )
     stop = threading.Event()
     with StopSignals(stop):
         server.start()

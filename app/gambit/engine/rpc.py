@@ -218,6 +218,14 @@ class _Ggml:
         self.dev_get.argtypes, self.dev_get.restype = [p, ctypes.c_size_t], p
         self.dev_by_type = lib.ggml_backend_dev_by_type
         self.dev_by_type.argtypes, self.dev_by_type.restype = [ctypes.c_int], p
+        self.all_dev_count = lib.ggml_backend_dev_count
+        self.all_dev_count.argtypes, self.all_dev_count.restype = [], ctypes.c_size_t
+        self.all_dev_get = lib.ggml_backend_dev_get
+        self.all_dev_get.argtypes, self.all_dev_get.restype = [ctypes.c_size_t], p
+        self.dev_type = lib.ggml_backend_dev_type
+        self.dev_type.argtypes, self.dev_type.restype = [p], ctypes.c_int
+        self.dev_description = lib.ggml_backend_dev_description
+        self.dev_description.argtypes, self.dev_description.restype = [p], ctypes.c_char_p
         self.dev_memory = lib.ggml_backend_dev_memory
         self.dev_memory.argtypes = [
             p,
@@ -238,7 +246,10 @@ NO_RPC_MESSAGE = (
     "This Gambit's llama.cpp was built without RPC support: reinstall with "
     'CMAKE_ARGS="-DGGML_RPC=ON" (the README\'s install command sets it).'
 )
+# ggml-backend.h: enum ggml_backend_dev_type
 _GGML_DEVICE_TYPE_CPU = 0
+_GGML_DEVICE_TYPE_GPU = 1
+_GGML_DEVICE_TYPE_IGPU = 2
 _ggml: _Ggml | None = None
 
 
@@ -286,13 +297,44 @@ def device_memory(device: int) -> DeviceMemory:
     return DeviceMemory(free.value, total.value)
 
 
-def serve(endpoint: str, n_threads: int, cache_dir: str | None = None) -> None:
-    """Serve this machine's CPU at ``endpoint`` until the process ends (blocks;
+@dataclass(frozen=True)
+class ServedDevice:
+    """A device of this machine that a worker serves."""
+
+    handle: int
+    description: str
+    memory: DeviceMemory
+
+
+def served_devices() -> list[ServedDevice]:
+    """What a worker serves: this machine's GPUs when llama.cpp was built with
+    one (CUDA, Metal, Vulkan: the layers run where the worker's memory is
+    fastest), else its CPU."""
+    lib = _lib()
+    gpus = [
+        int(lib.all_dev_get(i))
+        for i in range(lib.all_dev_count())
+        if lib.dev_type(lib.all_dev_get(i)) in (_GGML_DEVICE_TYPE_GPU, _GGML_DEVICE_TYPE_IGPU)
+    ]
+    handles = gpus or [cpu_device()]
+    return [
+        ServedDevice(
+            h, (lib.dev_description(h) or b"?").decode("utf-8", "replace"), device_memory(h)
+        )
+        for h in handles
+    ]
+
+
+def serve(
+    endpoint: str, n_threads: int, cache_dir: str | None, devices: list[ServedDevice]
+) -> None:
+    """Serve ``devices`` at ``endpoint`` until the process ends (blocks;
     ctypes releases the GIL, so call it from a thread)."""
     lib = _lib()
     start = ctypes.CFUNCTYPE(
         None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
         ctypes.POINTER(ctypes.c_void_p),
     )(lib.rpc_function("ggml_backend_rpc_start_server"))  # fmt: skip
-    devices = (ctypes.c_void_p * 1)(cpu_device())
-    start(endpoint.encode(), cache_dir.encode() if cache_dir else None, n_threads, 1, devices)
+    handles = (ctypes.c_void_p * len(devices))(*(d.handle for d in devices))
+    cache = cache_dir.encode() if cache_dir else None
+    start(endpoint.encode(), cache, n_threads, len(devices), handles)
