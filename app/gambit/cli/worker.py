@@ -2,9 +2,9 @@
 
 It serves the GPUs (or, without one, the CPU) through llama.cpp's RPC
 backend (``gambit.engine.rpc``) and holds whatever layers of the target the
-Gambit on the other machine places here. The protocol has no authentication and no encryption, so it binds to
-127.0.0.1 unless told otherwise; an SSH tunnel is the safe way across a
-network (docs/multi-machine.md).
+Gambit on the other machine places here. The protocol has no authentication
+and no encryption, so it binds to 127.0.0.1 unless told otherwise; an SSH
+tunnel is the safe way across a network (docs/multi-machine.md).
 """
 
 from __future__ import annotations
