@@ -417,7 +417,8 @@ def test_target_line_shows_a_split_target_only(panel: StatsPanel) -> None:
     panel.set_engine(engine_info(placement=TargetPlacement(16, (share,)), target_costs=costs))
     assert visible(panel, "targetValue")
     assert text(panel, "targetValue") == (
-        f"Target: 16 layers here · 15 on 10.0.0.2:50052 (rtt 0.40 ms)\n{costs}"
+        "Target: 16 layers here · 15 on 10.0.0.2:50052 (rtt 0.40 ms) · network ≥ 0.40 ms"
+        f" per pass\n{costs}"
     )
     panel.set_engine(None)
     assert not visible(panel, "targetValue")

@@ -81,7 +81,7 @@ def test_placement_sums_each_workers_devices_in_order() -> None:
     assert placement.total_layers == 31
     assert placement.describe() == (
         "Target: 16 layers here · 8 on 10.0.0.2:50052 (rtt 0.40 ms)"
-        " · 7 on 10.0.0.3:50052 (rtt 2.1 ms)"
+        " · 7 on 10.0.0.3:50052 (rtt 2.1 ms) · network ≥ 2.5 ms per pass"
     )
     assert placement.as_dict()["local_layers"] == 16
 
@@ -93,3 +93,13 @@ def test_the_cost_line_shows_t1_and_the_largest_measured_ratio() -> None:
     costs.set_target(5, 0.025)
     assert cost_curve(costs) == {1: 1.0, 5: 1.25}
     assert describe_costs(costs) == "Target pass: t(1) 20.0 ms · t(5)/t(1) 1.25"
+
+
+def test_each_pass_waits_at_least_one_round_trip_per_worker_with_layers() -> None:
+    near, far = WorkerShare("a:1", 10, 1, 0.0005), WorkerShare("b:1", 21, 1, 0.002)
+    idle = WorkerShare("c:1", 0, 1, 0.05)  # holds nothing: never waited on
+    placement = TargetPlacement(0, (near, far, idle))
+    assert placement.network_s == 0.0025
+    assert placement.describe().endswith("· network ≥ 2.5 ms per pass")
+    assert placement.as_dict()["network_ms_per_pass"] == 2.5
+    assert "network" not in TargetPlacement(31, ()).describe()

@@ -81,10 +81,21 @@ class TargetPlacement:
     def total_layers(self) -> int:
         return self.local_layers + sum(w.layers for w in self.workers)
 
+    @property
+    def network_s(self) -> float:
+        """The least each pass of the target waits on the network: one round
+        trip per worker holding layers. llama.cpp sends a worker its inputs
+        and graph without waiting, then reads the outputs back (and a split
+        over two workers hands the activations on through this machine)."""
+        return sum(w.rtt_s for w in self.workers if w.layers > 0)
+
     def describe(self) -> str:
-        """``"Target: 16 layers here · 15 on 10.0.0.2:50052 (rtt 0.4 ms)"``."""
+        """``"Target: 16 layers here · 15 on 10.0.0.2:50052 (rtt 0.40 ms) ·
+        network ≥ 0.40 ms per pass"``."""
         parts = [f"{self.local_layers} layer{'s' if self.local_layers != 1 else ''} here"]
         parts += [f"{w.layers} on {w.endpoint} (rtt {format_rtt(w.rtt_s)})" for w in self.workers]
+        if self.network_s > 0:
+            parts.append(f"network ≥ {format_rtt(self.network_s)} per pass")
         return "Target: " + " · ".join(parts)
 
     def as_dict(self) -> dict[str, object]:
@@ -92,6 +103,7 @@ class TargetPlacement:
         return {
             "local_layers": self.local_layers,
             "total_layers": self.total_layers,
+            "network_ms_per_pass": self.network_s * 1e3,
             "workers": [
                 {
                     "endpoint": w.endpoint,
