@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 
 from gambit.bench import TARGET_ONLY, BenchPrompt, ModeTotals, load_prompts, run_once
-from gambit.engine.controller import CostModel, GammaController, calibrate
+from gambit.engine.calibration import calibrate
+from gambit.engine.controller import CostModel, GammaController
 from gambit.engine.decoder import GenerationConfig, Round
 from gambit.engine.drafters.registry import DRAFTING, DrafterKind, spec
 from gambit.engine.runtime import RuntimeOptions

@@ -28,8 +28,9 @@ from typing import Any
 
 from gambit.bench import TARGET_ONLY, ModeTotals
 from gambit.bench_regimes import CALIBRATION_CONTEXT, cost_summary
+from gambit.engine.calibration import calibrate
 from gambit.engine.chat import Message
-from gambit.engine.controller import CostModel, GammaController, calibrate
+from gambit.engine.controller import CostModel, GammaController
 from gambit.engine.decoder import (
     FixedGamma,
     GammaPolicy,

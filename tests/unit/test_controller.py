@@ -324,3 +324,22 @@ def test_each_hint_learns_its_own_acceptance() -> None:
     assert ctrl.decision.reason.startswith("on:")
     assert ctrl.next_gamma(hint=1) == 0
     assert ctrl.acceptance.alpha[0] < 0.5
+
+
+def test_speedups_are_kept_until_what_they_depend_on_changes() -> None:
+    costs = CostModel(9)
+    for k, seconds in [(1, 0.010), (2, 0.014), (5, 0.030), (9, 0.050)]:
+        costs.set_target(k, seconds)
+    costs.t_draft = 0.004
+    ctl = GammaController(costs, "adaptive", gamma_max=8)
+    ceiling = ctl.ceiling_speedup()
+    costs.observe_verify(1, 0.013)  # a plain round moves t1; ratios of costs do not
+    assert ctl.ceiling_speedup() == ceiling
+    costs.set_target(5, 0.013 * 1.1)  # a flatter batch curve: more to gain
+    flatter = ctl.ceiling_speedup()
+    assert flatter > ceiling
+    costs.draft_ratio = 0.0  # set directly (the layer-skip search does): still seen
+    assert ctl.ceiling_speedup() > flatter
+    before = ctl._best()
+    ctl.acceptance.observe((False,))  # α changes: so may the best γ's speedup
+    assert ctl._best()[2] < before[2]

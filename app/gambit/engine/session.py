@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from gambit.engine.calibration import calibrate
 from gambit.engine.chat import ChatPromptBuilder, Message
-from gambit.engine.controller import CostModel, GammaController, PolicyMode, calibrate
+from gambit.engine.controller import CostModel, GammaController, PolicyMode
 from gambit.engine.decoder import GenerationConfig, Round, SpeculativeDecoder, StopReason
 from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.registry import (

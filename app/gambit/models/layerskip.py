@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gambit.engine.controller import calibrate
+from gambit.engine.calibration import calibrate
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import ModelFileError
 from gambit.formats.gguf_file import check_model_file
