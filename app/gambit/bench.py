@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from gambit.engine.metrics import GenerationStats, speedup
 from gambit.engine.placement import TargetPlacement, WorkerShare, cost_curve
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
-from gambit.errors import GambitError
+from gambit.errors import GambitError, OperationCancelledError
 
 TARGET_ONLY = "target-only"
 
@@ -149,8 +150,13 @@ class ModeTotals:
 
 
 def run_bench(
-    args: argparse.Namespace, engine_config: EngineConfig, sampling: SamplingParams
+    args: argparse.Namespace,
+    engine_config: EngineConfig,
+    sampling: SamplingParams,
+    cancel: threading.Event | None = None,
 ) -> int:
+    """Run the prompts under every mode; ``cancel`` (Ctrl-C, SIGTERM) stops it
+    between runs with OperationCancelledError."""
     prompts = load_prompts(args.prompts)
     if args.limit:
         prompts = prompts[: args.limit]
@@ -194,6 +200,8 @@ def run_bench(
             # rotate the order so a slow spell of the machine hits every mode
             order = modes[i % len(modes) :] + modes[: i % len(modes)]
             for mode in order:
+                if cancel is not None and cancel.is_set():
+                    raise OperationCancelledError("interrupted")
                 rounds: list[Round] = []
                 stats, tokens = run_once(engine, bp.prompt, config, controllers[mode], rounds)
                 outputs[mode] = tokens

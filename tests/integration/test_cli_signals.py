@@ -37,6 +37,7 @@ def test_ctrl_c_during_bench(tmp_path: Path, smol_q4_1: Path) -> None:
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        proc.communicate()  # reap it and close its pipes, whatever happened
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == "gambit-cli: interrupted"

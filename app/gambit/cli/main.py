@@ -419,7 +419,12 @@ def _run_bench(args: argparse.Namespace) -> int:
 
     if args.prompts is None:
         raise GambitError("bench needs --prompts FILE (or --regimes, or --from-history)")
-    return run_bench(args, _engine_config(args), _sampling(args))
+    # Ctrl-C sets an event that the bench checks between runs. A KeyboardInterrupt
+    # could be lost: raised inside a ctypes callback (llama.cpp's log, while a
+    # model loads), it is printed and dropped, and the bench ran on (seen in CI).
+    cancel = threading.Event()
+    with StopSignals(cancel):
+        return run_bench(args, _engine_config(args, cancel), _sampling(args), cancel)
 
 
 class _Closing:
