@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine import rpc
+from gambit.engine import devices, rpc
 from gambit.engine.kernels import EXACT
 from gambit.engine.placement import placement_for
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
@@ -38,7 +38,7 @@ def test_the_computed_split_is_the_one_llama_cpp_makes(
     with workers(tmp_path, 2) as (w1, w2):
         probed = [rpc.probe(w.endpoint) for w in (w1, w2)]
         expected = placement_for(
-            n_layer, n_gpu_layers, probed, rpc.device_memory(rpc.cpu_device()).free
+            n_layer, n_gpu_layers, probed, devices.device_memory(devices.cpu_device()).free
         )
         caplog.set_level(logging.DEBUG, logger="gambit.llama")
         # In this process (as the target host's child does it), to read llama.cpp's log.

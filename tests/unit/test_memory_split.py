@@ -10,7 +10,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from gambit.engine.rpc import DeviceMemory, WorkerInfo
+from gambit.engine.devices import DeviceMemory
+from gambit.engine.rpc import WorkerInfo
 from gambit.formats.gguf_info import ModelInfo
 from gambit.models.memory import estimate_memory
 from gambit.models.memory_split import WorkerMemory, probe_workers, split_memory

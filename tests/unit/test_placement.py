@@ -8,6 +8,7 @@ own per-layer log.
 from __future__ import annotations
 
 from gambit.engine.controller import CostModel
+from gambit.engine.devices import DeviceMemory
 from gambit.engine.placement import (
     TargetPlacement,
     WorkerShare,
@@ -16,7 +17,7 @@ from gambit.engine.placement import (
     placement_for,
     split_layers,
 )
-from gambit.engine.rpc import DeviceMemory, WorkerInfo
+from gambit.engine.rpc import WorkerInfo
 
 GIB = 1024**3
 

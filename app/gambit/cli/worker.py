@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from gambit.cli.stop_signals import StopSignals
 from gambit.engine import rpc
+from gambit.engine.devices import LocalDevice, served_devices
 from gambit.engine.limits import threads_arg
 from gambit.engine.runtime import default_threads
 from gambit.errors import GambitError
@@ -84,7 +85,7 @@ def _check_port(host: str, port: int) -> str | None:
 
 
 def _announce(
-    endpoint: str, threads: int, host: str, cache: str | None, devices: list[rpc.ServedDevice]
+    endpoint: str, threads: int, host: str, cache: str | None, devices: list[LocalDevice]
 ) -> None:
     gib = 1024**3
     print(f"Gambit worker listening on {endpoint}", flush=True)
@@ -120,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache = None if args.no_cache else str(paths.cache_dir() / "rpc")
     if cache:
         os.makedirs(cache, exist_ok=True)
-    devices = rpc.served_devices()
+    devices = served_devices()
     _announce(endpoint, threads, args.host, cache, devices)
     # llama.cpp's server loop never returns while it serves; it runs in a
     # thread so that Ctrl-C and SIGTERM reach the main thread and end it.

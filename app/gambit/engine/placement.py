@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gambit.engine.controller import CostModel
-from gambit.engine.rpc import DeviceMemory, WorkerInfo
+from gambit.engine.devices import DeviceMemory
+from gambit.engine.rpc import WorkerInfo
 
 
 def split_layers(

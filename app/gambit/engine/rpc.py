@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import llama_cpp as ll
 
+from gambit.engine import devices
+from gambit.engine.devices import DeviceMemory, LocalDevice
 from gambit.errors import GambitError
 
 DEFAULT_PORT = 50052
@@ -48,12 +50,6 @@ class RpcWorkerError(GambitError):
     def __init__(self, endpoint: str, message: str) -> None:
         super().__init__(message)
         self.endpoint = endpoint
-
-
-@dataclass(frozen=True)
-class DeviceMemory:
-    free: int
-    total: int
 
 
 @dataclass(frozen=True)
@@ -175,10 +171,10 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> WorkerInfo:
                     "version on both machines.",
                 )
             (count,) = struct.unpack("<I", _call(sock, _CMD_DEVICE_COUNT, b"", 4, rtts))
-            devices = []
+            memories = []
             for device in range(count):
                 reply = _call(sock, _CMD_GET_DEVICE_MEMORY, struct.pack("<I", device), 16, rtts)
-                devices.append(DeviceMemory(*struct.unpack("<QQ", reply)))
+                memories.append(DeviceMemory(*struct.unpack("<QQ", reply)))
         except TimeoutError as exc:
             raise RpcWorkerError(
                 endpoint,
@@ -193,71 +189,25 @@ def probe(endpoint: str, timeout: float = PROBE_TIMEOUT_S) -> WorkerInfo:
             ) from exc
         except OSError as exc:
             raise RpcWorkerError(endpoint, f"Lost {endpoint}: {exc.strerror or exc}.") from exc
-    return WorkerInfo(endpoint, version, tuple(devices), min(rtts))
+    return WorkerInfo(endpoint, version, tuple(memories), min(rtts))
 
 
 # --- the RPC backend of the installed llama.cpp -------------------------------
-
-
-class _Ggml:
-    """The few ggml backend functions the RPC devices need, from the ggml
-    library llama-cpp-python ships (the one llama.cpp itself uses)."""
-
-    def __init__(self) -> None:
-        from llama_cpp import _ggml
-
-        lib = _ggml.libggml
-        p = ctypes.c_void_p
-        self.reg_by_name = lib.ggml_backend_reg_by_name
-        self.reg_by_name.argtypes, self.reg_by_name.restype = [ctypes.c_char_p], p
-        self.proc_address = lib.ggml_backend_reg_get_proc_address
-        self.proc_address.argtypes, self.proc_address.restype = [p, ctypes.c_char_p], p
-        self.dev_count = lib.ggml_backend_reg_dev_count
-        self.dev_count.argtypes, self.dev_count.restype = [p], ctypes.c_size_t
-        self.dev_get = lib.ggml_backend_reg_dev_get
-        self.dev_get.argtypes, self.dev_get.restype = [p, ctypes.c_size_t], p
-        self.dev_by_type = lib.ggml_backend_dev_by_type
-        self.dev_by_type.argtypes, self.dev_by_type.restype = [ctypes.c_int], p
-        self.all_dev_count = lib.ggml_backend_dev_count
-        self.all_dev_count.argtypes, self.all_dev_count.restype = [], ctypes.c_size_t
-        self.all_dev_get = lib.ggml_backend_dev_get
-        self.all_dev_get.argtypes, self.all_dev_get.restype = [ctypes.c_size_t], p
-        self.dev_type = lib.ggml_backend_dev_type
-        self.dev_type.argtypes, self.dev_type.restype = [p], ctypes.c_int
-        self.dev_description = lib.ggml_backend_dev_description
-        self.dev_description.argtypes, self.dev_description.restype = [p], ctypes.c_char_p
-        self.dev_memory = lib.ggml_backend_dev_memory
-        self.dev_memory.argtypes = [
-            p,
-            ctypes.POINTER(ctypes.c_size_t),
-            ctypes.POINTER(ctypes.c_size_t),
-        ]
-        self.dev_memory.restype = None
-
-    def rpc_function(self, name: str) -> int:
-        reg = self.reg_by_name(b"RPC")
-        address = self.proc_address(reg, name.encode()) if reg else None
-        if not address:
-            raise GambitError(NO_RPC_MESSAGE)
-        return int(address)
 
 
 NO_RPC_MESSAGE = (
     "This Gambit's llama.cpp was built without RPC support: reinstall with "
     'CMAKE_ARGS="-DGGML_RPC=ON" (the README\'s install command sets it).'
 )
-# ggml-backend.h: enum ggml_backend_dev_type
-_GGML_DEVICE_TYPE_CPU = 0
-_GGML_DEVICE_TYPE_GPU = 1
-_GGML_DEVICE_TYPE_IGPU = 2
-_ggml: _Ggml | None = None
 
 
-def _lib() -> _Ggml:
-    global _ggml
-    if _ggml is None:
-        _ggml = _Ggml()
-    return _ggml
+def _rpc_function(name: str) -> int:
+    lib = devices.ggml()
+    reg = lib.reg_by_name(b"RPC")
+    address = lib.proc_address(reg, name.encode()) if reg else None
+    if not address:
+        raise GambitError(NO_RPC_MESSAGE)
+    return int(address)
 
 
 def supported() -> bool:
@@ -268,73 +218,31 @@ def supported() -> bool:
 def worker_devices(endpoints: tuple[str, ...]) -> list[int]:
     """The ggml devices of ``endpoints`` (connects; probe them first: a
     failure here aborts the process)."""
-    lib = _lib()
+    lib = devices.ggml()
     add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(
-        lib.rpc_function("ggml_backend_rpc_add_server")
+        _rpc_function("ggml_backend_rpc_add_server")
     )
-    devices: list[int] = []
+    found: list[int] = []
     for endpoint in endpoints:
         reg = add_server(endpoint.encode())
-        devices += [int(lib.dev_get(reg, i)) for i in range(lib.dev_count(reg))]
-    return devices
+        found += [int(lib.reg_dev_get(reg, i)) for i in range(lib.reg_dev_count(reg))]
+    return found
 
 
 def device_list(endpoints: tuple[str, ...]) -> ctypes.Array[ctypes.c_void_p]:
     """``llama_model_params.devices`` for ``endpoints``: their devices, then
     NULL. The caller keeps the array alive while the model loads."""
-    devices = worker_devices(endpoints)
-    return (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+    found = worker_devices(endpoints)
+    return (ctypes.c_void_p * (len(found) + 1))(*found, None)
 
 
-def cpu_device() -> int:
-    lib = _lib()
-    return int(lib.dev_by_type(_GGML_DEVICE_TYPE_CPU))
-
-
-def device_memory(device: int) -> DeviceMemory:
-    free, total = ctypes.c_size_t(), ctypes.c_size_t()
-    _lib().dev_memory(device, ctypes.byref(free), ctypes.byref(total))
-    return DeviceMemory(free.value, total.value)
-
-
-@dataclass(frozen=True)
-class ServedDevice:
-    """A device of this machine that a worker serves."""
-
-    handle: int
-    description: str
-    memory: DeviceMemory
-
-
-def served_devices() -> list[ServedDevice]:
-    """What a worker serves: this machine's GPUs when llama.cpp was built with
-    one (CUDA, Metal, Vulkan: the layers run where the worker's memory is
-    fastest), else its CPU."""
-    lib = _lib()
-    gpus = [
-        int(lib.all_dev_get(i))
-        for i in range(lib.all_dev_count())
-        if lib.dev_type(lib.all_dev_get(i)) in (_GGML_DEVICE_TYPE_GPU, _GGML_DEVICE_TYPE_IGPU)
-    ]
-    handles = gpus or [cpu_device()]
-    return [
-        ServedDevice(
-            h, (lib.dev_description(h) or b"?").decode("utf-8", "replace"), device_memory(h)
-        )
-        for h in handles
-    ]
-
-
-def serve(
-    endpoint: str, n_threads: int, cache_dir: str | None, devices: list[ServedDevice]
-) -> None:
-    """Serve ``devices`` at ``endpoint`` until the process ends (blocks;
-    ctypes releases the GIL, so call it from a thread)."""
-    lib = _lib()
+def serve(endpoint: str, n_threads: int, cache_dir: str | None, served: list[LocalDevice]) -> None:
+    """Serve ``served`` (``devices.served_devices()``) at ``endpoint`` until the
+    process ends (blocks; ctypes releases the GIL, so call it from a thread)."""
     start = ctypes.CFUNCTYPE(
         None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
         ctypes.POINTER(ctypes.c_void_p),
-    )(lib.rpc_function("ggml_backend_rpc_start_server"))  # fmt: skip
-    handles = (ctypes.c_void_p * len(devices))(*(d.handle for d in devices))
+    )(_rpc_function("ggml_backend_rpc_start_server"))  # fmt: skip
+    handles = (ctypes.c_void_p * len(served))(*(d.handle for d in served))
     cache = cache_dir.encode() if cache_dir else None
-    start(endpoint.encode(), cache, n_threads, len(devices), handles)
+    start(endpoint.encode(), cache, n_threads, len(served), handles)

@@ -33,7 +33,7 @@ import llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
 
-from gambit.engine import rpc
+from gambit.engine import devices, rpc
 from gambit.engine.kernels import implied_kernels
 from gambit.engine.placement import placement_for
 from gambit.engine.runtime import FloatRows, ModelRuntime, RuntimeOptions, ensure_backend
@@ -150,7 +150,7 @@ class HostedRuntime(ModelRuntime):
             _block_count(header.metadata, header.architecture),
             options.n_gpu_layers,
             self._workers,
-            host_free=rpc.device_memory(rpc.cpu_device()).free,
+            host_free=devices.device_memory(devices.cpu_device()).free,
         )
         fd, self._log = tempfile.mkstemp(prefix="gambit-rpc-", suffix=".log")
         os.close(fd)

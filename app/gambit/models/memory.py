@@ -34,14 +34,13 @@ against a measurement (within 15 %).
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from gambit.engine import devices
 from gambit.engine.kernels import KVType
 from gambit.formats.gguf_info import ModelInfo
 
@@ -147,40 +146,11 @@ class GpuMemory:
 def gpu_memory() -> list[GpuMemory]:
     """Free/total memory of each GPU llama.cpp can use; empty on a CPU-only build."""
     try:
-        import llama_cpp as ll
-
-        from gambit.engine.runtime import ensure_backend
-
-        ensure_backend()
-        lib_dir = Path(ll.__file__).parent / "lib"
-        candidates = sorted(lib_dir.glob("*ggml.*")) + sorted(lib_dir.glob("ggml.*"))
-        ggml = ctypes.CDLL(str(candidates[0])) if candidates else ctypes.CDLL(None)
-        ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
-        ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
-        ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-        ggml.ggml_backend_dev_type.restype = ctypes.c_int
-        ggml.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-        ggml.ggml_backend_dev_name.restype = ctypes.c_char_p
-        ggml.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
-        ggml.ggml_backend_dev_memory.restype = None
-        ggml.ggml_backend_dev_memory.argtypes = [
-            ctypes.c_void_p,
-            ctypes.POINTER(ctypes.c_size_t),
-            ctypes.POINTER(ctypes.c_size_t),
-        ]
-        gpus: list[GpuMemory] = []
-        for i in range(ggml.ggml_backend_dev_count()):
-            dev = ggml.ggml_backend_dev_get(i)
-            if ggml.ggml_backend_dev_type(dev) not in (1, 2):  # GPU, integrated GPU
-                continue
-            free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-            ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-            name = (ggml.ggml_backend_dev_name(dev) or b"GPU").decode("utf-8", "replace")
-            gpus.append(GpuMemory(name, int(free.value), int(total.value)))
-        return gpus
+        gpus = devices.gpu_devices()
     except (OSError, AttributeError) as exc:
         log.debug("no GPU memory information: %s", exc)
         return []
+    return [GpuMemory(d.name, d.memory.free, d.memory.total) for d in gpus]
 
 
 def check_fits(
