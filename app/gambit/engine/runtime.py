@@ -179,8 +179,16 @@ class ModelRuntime:
     """A loaded model with one context. Not thread-safe: use from one thread."""
 
     def __init__(self, path: str | os.PathLike[str], options: RuntimeOptions | None = None):
+        self._init_state(path, options or RuntimeOptions())
+        check_model_file(self.path)
+        ensure_backend()
+        self._load(self.options)
+
+    def _init_state(self, path: str | os.PathLike[str], options: RuntimeOptions) -> None:
+        """The fields every runtime has before a model is loaded (also
+        ``HostedRuntime``'s, whose model loads in another process)."""
         self.path = Path(path)
-        self.options = options or RuntimeOptions()
+        self.options = options
         self.kv_tokens: list[int] = []
         # Time spent inside llama.cpp (decode and the logits fetch, which
         # synchronises with the backend): the rest of the wall time is ours.
@@ -195,10 +203,9 @@ class ModelRuntime:
         # midway once it is set (llama_decode returns 2: DecodeAbortedError).
         self.abort: threading.Event | None = None
         self._abort_cb = ll.ggml_abort_callback(self._aborted)  # (kept alive with us)
+        self._tree: _PendingTree | None = None
 
-        check_model_file(self.path)
-        ensure_backend()
-        opts = self.options
+    def _load(self, opts: RuntimeOptions) -> None:
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = opts.n_gpu_layers
         self.kernels = opts.kernels or implied_kernels(opts.strict_batch_invariance)
@@ -244,7 +251,6 @@ class ModelRuntime:
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         self.n_seq_max = max(1, opts.n_seq_max)
         self._batch = ll.llama_batch_init(self.n_batch, 0, self.n_seq_max)  # after n_batch is known
-        self._tree: _PendingTree | None = None
         # Every token we decode lives in sequence 0; set the seq ids once.
         for i in range(self.n_batch):
             self._batch.n_seq_id[i] = 1

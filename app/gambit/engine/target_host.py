@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import llama_cpp as ll
@@ -121,18 +120,7 @@ class HostedRuntime(ModelRuntime):
 
     def __init__(self, path: str | os.PathLike[str], options: RuntimeOptions) -> None:
         # (ModelRuntime.__init__ is not called: the model is loaded over there)
-        self.path = Path(path)
-        self.options = options
-        self.kv_tokens: list[int] = []
-        self.decode_seconds = 0.0
-        self.decode_calls = 0
-        self._piece_cache: dict[int, bytes] = {}
-        self._eog_cache: dict[int, bool] = {}
-        self._model: Any = None
-        self._ctx: Any = None
-        self._batch: Any = None
-        self._tree = None
-        self.abort: threading.Event | None = None
+        self._init_state(path, options)
         # The reply's Stop event, for the whole reply (``abort`` is set only
         # during the prompt): a worker that hangs mid-round must not hang Stop.
         self.cancel: threading.Event | None = None
