@@ -47,9 +47,10 @@ import numpy as np
 
 from gambit.bench import TARGET_ONLY, BenchPrompt, ModeTotals, load_prompts, run_once
 from gambit.engine.calibration import calibrate
-from gambit.engine.controller import CostModel, GammaController
+from gambit.engine.controller import GammaController
 from gambit.engine.decoder import GenerationConfig, Round
 from gambit.engine.drafters.registry import DRAFTING, DrafterKind, spec
+from gambit.engine.estimates import CostModel
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig

@@ -30,7 +30,7 @@ from gambit.bench import TARGET_ONLY, ModeTotals
 from gambit.bench_regimes import CALIBRATION_CONTEXT, cost_summary
 from gambit.engine.calibration import calibrate
 from gambit.engine.chat import Message
-from gambit.engine.controller import CostModel, GammaController
+from gambit.engine.controller import GammaController
 from gambit.engine.decoder import (
     FixedGamma,
     GammaPolicy,
@@ -40,6 +40,7 @@ from gambit.engine.decoder import (
 )
 from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, BuildInput, DrafterKind, spec
+from gambit.engine.estimates import CostModel
 from gambit.engine.metrics import GenerationStats, speedup
 from gambit.engine.runtime import default_threads
 from gambit.engine.sampling import SamplingParams

@@ -17,7 +17,7 @@ from gambit.bench_regimes import (
     pick_prompts,
     regime_of,
 )
-from gambit.engine.controller import CostModel
+from gambit.engine.estimates import CostModel
 from gambit.engine.metrics import GenerationStats
 
 

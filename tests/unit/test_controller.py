@@ -7,8 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gambit.engine.controller import AcceptanceModel, CostModel, GammaController
+from gambit.engine.controller import GammaController
 from gambit.engine.decoder import Round
+from gambit.engine.estimates import AcceptanceModel, CostModel
 
 GAMMA_MAX = 8
 

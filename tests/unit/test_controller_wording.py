@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from gambit.engine.controller import CostModel, GammaController, PolicyMode
+from gambit.engine.controller import GammaController, PolicyMode
 from gambit.engine.decoder import Round
+from gambit.engine.estimates import CostModel
 
 T1 = 0.010
 NEED = f"{(GammaController.ON_ABOVE - 1) * 100:.0f} %"  # the gain needed to switch on

@@ -7,8 +7,8 @@ own per-layer log.
 
 from __future__ import annotations
 
-from gambit.engine.controller import CostModel
 from gambit.engine.devices import DeviceMemory
+from gambit.engine.estimates import CostModel
 from gambit.engine.placement import (
     TargetPlacement,
     WorkerShare,

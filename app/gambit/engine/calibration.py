@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from gambit.engine.controller import CostModel
+from gambit.engine.estimates import CostModel
 from gambit.engine.runtime import ModelRuntime
 
 

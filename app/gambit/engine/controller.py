@@ -30,195 +30,20 @@ with the best expected rate; where a batch costs about as much as one token
 (GPUs) side nodes are nearly free and trees win, where every extra token in
 the batch costs (a small CPU) the measured gain must beat it.
 
-Everything here is measured: ``CostModel`` is calibrated at load
-(``calibrate``) and updated from every round's timings; ``AcceptanceModel``
-from every round's outcomes.
+Everything here is measured (``gambit.engine.estimates``): ``CostModel`` is
+calibrated at load (``calibrate``) and updated from every round's timings;
+``AcceptanceModel`` from every round's outcomes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from gambit.engine.decoder import Round
-
-# Exponential weights of the running estimates: ~1/w recent observations count.
-COST_WEIGHT = 0.1
-ACCEPT_WEIGHT = 0.15
-PRIOR_WEIGHT = 0.25  # the acceptance prior, in observations
-
-
-class CostModel:
-    """Running estimates of t_target(k), k = 1..k_max, and of one draft step.
-
-    Costs are kept as t1 = t_target(1) times a relative curve r(k) = t(k)/t1
-    (and the draft step as a ratio to t1 too). Plain rounds keep t1 current
-    as the context grows; speculative rounds refine r(k). Because the curve
-    is relative, a cost measured at one context length stays right at
-    another: while speculation is off, only t1 is observed, and every other
-    estimate moves with it instead of going stale.
-    """
-
-    def __init__(self, k_max: int) -> None:
-        self.k_max = k_max
-        self.t1 = 0.0
-        self.ratio = np.zeros(k_max + 1)  # index k: t_target(k) / t1
-        self._seen = np.zeros(k_max + 1, dtype=bool)
-        self._n_seen = np.zeros(k_max + 1, dtype=np.int64)  # rounds that measured t(k)
-        self.draft_ratio = 0.0  # one draft step / t1 (0 for prompt lookup)
-        self._draft_seen = 0  # rounds that measured it (the calibration counts as one)
-        # One token a drafter catches up on, decoded in a batch / t1 (0: not
-        # measured yet; half a draft step is assumed then).
-        self.catch_up_ratio = 0.0
-
-    @property
-    def t_draft(self) -> float:
-        """Seconds per drafted token."""
-        return self.draft_ratio * self.t1
-
-    @t_draft.setter
-    def t_draft(self, seconds: float) -> None:
-        self.draft_ratio = seconds / self.t1 if self.t1 > 0 else 0.0
-
-    @property
-    def t_target(self) -> np.ndarray:
-        """t_target(k) for k = 0..k_max (0 where never measured), for display."""
-        return np.where(self._seen, self.ratio * self.t1, 0.0)
-
-    def copy(self) -> CostModel:
-        other = CostModel(self.k_max)
-        other.t1 = self.t1
-        other.ratio[:] = self.ratio
-        other._seen[:] = self._seen
-        other._n_seen[:] = self._n_seen
-        other.draft_ratio = self.draft_ratio
-        other._draft_seen = self._draft_seen
-        other.catch_up_ratio = self.catch_up_ratio
-        return other
-
-    def set_target(self, k: int, seconds: float) -> None:
-        """Set t_target(k) outright (calibration: k = 1 first)."""
-        if not 1 <= k <= self.k_max or seconds <= 0:
-            return
-        if k == 1:
-            self.t1 = seconds
-            self.ratio[1] = 1.0
-        elif self.t1 > 0:
-            self.ratio[k] = seconds / self.t1
-        else:
-            return
-        self._seen[k] = True
-
-    def observe_verify(self, k: int, seconds: float) -> None:
-        """A round's verification batch of ``k`` tokens took ``seconds``. The
-        first rounds of each size weigh more than later ones (1/2, 1/3, ...):
-        the calibration measured the batch alone, at a short context."""
-        if not 1 <= k <= self.k_max or seconds <= 0:
-            return
-        if not self._seen[k] or (k > 1 and self.t1 <= 0):
-            self.set_target(k, seconds)
-            return
-        self._n_seen[k] += 1
-        weight = max(COST_WEIGHT, 1.0 / (self._n_seen[k] + 1))
-        if k == 1:
-            self.t1 += weight * (seconds - self.t1)
-        else:
-            self.ratio[k] += weight * (seconds / self.t1 - self.ratio[k])
-
-    def observe_draft(self, n_tokens: int, seconds: float) -> None:
-        """A round's drafting: ``n_tokens`` drafted (and the one or two tokens
-        synced first) in ``seconds``.
-
-        The first rounds weigh more (1/2, 1/3, ... down to COST_WEIGHT): the
-        calibration measures the draft alone, warm in the CPU's caches, and
-        in rounds, taking turns with the target, it measured up to 1.5x slower.
-        """
-        if n_tokens <= 0 or seconds < 0 or self.t1 <= 0:
-            return
-        ratio = seconds / n_tokens / self.t1
-        self._draft_seen += 1
-        if self.draft_ratio:
-            weight = max(COST_WEIGHT, 1.0 / (self._draft_seen + 1))
-            self.draft_ratio += weight * (ratio - self.draft_ratio)
-        else:
-            self.draft_ratio = ratio
-
-    def observe_catch_up(self, n_tokens: int, seconds: float) -> None:
-        """A drafter decoded ``n_tokens`` it had skipped, in ``seconds``."""
-        if n_tokens <= 0 or seconds <= 0 or self.t1 <= 0:
-            return
-        ratio = seconds / n_tokens / self.t1
-        if self.catch_up_ratio:
-            self.catch_up_ratio += COST_WEIGHT * (ratio - self.catch_up_ratio)
-        else:
-            self.catch_up_ratio = ratio
-
-    def catch_up_cost(self, n_tokens: int) -> float:
-        """Seconds a drafter needs to catch up on ``n_tokens`` skipped tokens."""
-        ratio = self.catch_up_ratio or self.draft_ratio / 2
-        return n_tokens * ratio * self.t1
-
-    def curve_key(self) -> tuple[bool, bytes, bytes, float]:
-        """What ratios of costs depend on (not t1 itself): equal keys, equal
-        ``relative_costs``."""
-        return (self.t1 > 0, self.ratio.tobytes(), self._seen.tobytes(), self.draft_ratio)
-
-    def relative_costs(self, k_max: int) -> tuple[np.ndarray, float]:
-        """t_target(k) / t1 for k = 1..k_max, and a draft step / t1 (with
-        nothing measured: a batch of k costs k, drafting nothing)."""
-        if self.t1 <= 0:
-            return np.arange(1, k_max + 1, dtype=float), 0.0
-        verify = np.array([self.verify_cost(k) for k in range(1, k_max + 1)]) / self.t1
-        return verify, self.draft_ratio
-
-    def verify_cost(self, k: int) -> float:
-        """t_target(k); unmeasured sizes are interpolated linearly from measured ones."""
-        if self.t1 <= 0:
-            return float(k)  # nothing measured yet: assume a batch costs k tokens
-        if k <= self.k_max and self._seen[k]:
-            return float(self.ratio[k] * self.t1)
-        ks = np.flatnonzero(self._seen)
-        last = int(ks[-1])
-        if k > last:  # beyond the measured range: proportional to k
-            return float(self.ratio[last] * self.t1) * k / last
-        return float(np.interp(k, ks, self.ratio[ks]) * self.t1)
-
-
-@dataclass
-class AcceptanceModel:
-    """Per-position acceptance α_i as exponentially weighted estimates."""
-
-    gamma_max: int
-    prior: float = 0.6
-    alpha: np.ndarray = field(init=False)  # index i-1: α_i
-    seen: np.ndarray = field(init=False)  # index i-1: rounds that tried position i
-
-    def __post_init__(self) -> None:
-        self.alpha = np.full(self.gamma_max, self.prior)
-        self.seen = np.zeros(self.gamma_max, dtype=np.int64)
-
-    def observe(self, outcomes: tuple[bool, ...]) -> None:
-        # Positions after the first rejection were never tried: no evidence.
-        # While evidence is scarce, each outcome weighs more (the prior counts
-        # as a quarter of an observation): one or two probes must be able to
-        # switch speculation on, or a wrong prior would keep it off for good.
-        for i, accepted in enumerate(outcomes[: self.gamma_max]):
-            self.seen[i] += 1
-            weight = max(ACCEPT_WEIGHT, 1.0 / (self.seen[i] + PRIOR_WEIGHT))
-            self.alpha[i] += weight * (float(accepted) - self.alpha[i])
-        n = len(outcomes)
-        if 0 < n < self.gamma_max and all(outcomes):
-            # Every draft landed, so nothing was learned about longer drafts.
-            # Let the untried positions drift towards the last one tried, so
-            # that γ can grow when the text is predictable (exploration).
-            tail = self.alpha[n:]
-            tail += ACCEPT_WEIGHT / 2 * (self.alpha[n - 1] - tail)
-
-    def expected_tokens(self, gamma: int) -> float:
-        """E[tokens | γ] = 1 + Σ_{i≤γ} Π_{j≤i} α_j."""
-        return 1.0 + float(np.cumprod(self.alpha[:gamma]).sum())
+from gambit.engine.estimates import ACCEPT_WEIGHT, AcceptanceModel, CostModel
 
 
 @dataclass

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gambit.engine.controller import CostModel
 from gambit.engine.devices import DeviceMemory
+from gambit.engine.estimates import CostModel
 from gambit.engine.rpc import WorkerInfo
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from gambit.engine.calibration import calibrate
 from gambit.engine.chat import ChatPromptBuilder, Message
-from gambit.engine.controller import CostModel, GammaController, PolicyMode
+from gambit.engine.controller import GammaController, PolicyMode
 from gambit.engine.decoder import GenerationConfig, Round, SpeculativeDecoder, StopReason
 from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.registry import (
@@ -27,6 +27,7 @@ from gambit.engine.drafters.registry import (
     DrafterKind,
     spec,
 )
+from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe
 from gambit.engine.placement import TargetPlacement
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gambit.engine.controller import CostModel
+from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import KernelProbe
 from gambit.formats.gguf_file import check_model_file
 from gambit.formats.gguf_info import quantization_name

@@ -20,7 +20,8 @@ import jinja2
 import numpy as np
 
 from gambit.engine.chat import ChatPromptBuilder, Message
-from gambit.engine.controller import CostModel, GammaController
+from gambit.engine.controller import GammaController
+from gambit.engine.estimates import CostModel
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import GambitError
 from gambit.formats.layerskip_file import (
