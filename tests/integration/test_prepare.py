@@ -1,9 +1,12 @@
-"""The drafter reads the prompt during prompt processing, and only when it will draft."""
+"""The drafter reads the prompt during prompt processing, and only when it will
+draft and reading pays."""
 
 from __future__ import annotations
 
+from gambit.engine.controller import GammaController
 from gambit.engine.decoder import FixedGamma, GenerationConfig, SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
+from gambit.engine.estimates import CostModel
 from gambit.engine.runtime import ModelRuntime
 from gambit.engine.sampling import SamplingParams
 
@@ -31,3 +34,54 @@ def test_draft_model_is_left_alone_while_speculation_is_off(
     rounds = list(decoder.generate(rt_q8_0.tokenize(TEXT), GREEDY))
     assert all(r.n_drafted == 0 for r in rounds)
     assert rt_q4_1.kv_tokens == []  # no prompt processing spent on a drafter that never drafts
+
+
+def test_behind_counts_what_reading_the_prompt_decodes(rt_q4_1: ModelRuntime) -> None:
+    rt_q4_1.clear()
+    drafter = DraftModelDrafter(rt_q4_1)
+    prompt = rt_q4_1.tokenize(TEXT)
+    assert drafter.behind(prompt) == len(prompt)
+    calls = rt_q4_1.decode_calls
+    drafter.prepare(prompt)
+    assert rt_q4_1.kv_tokens == prompt and rt_q4_1.decode_calls > calls
+    # A new turn: only what is new (sync re-decodes the last token for its logits).
+    turn = prompt + rt_q4_1.tokenize(" And then?", add_special=False)
+    assert drafter.behind(turn) == len(turn) - len(prompt)
+    assert drafter.behind(prompt) == 1
+
+
+def test_behind_counts_a_restart_on_the_recent_window(rt_q4_1: ModelRuntime) -> None:
+    rt_q4_1.clear()
+    drafter = DraftModelDrafter(rt_q4_1, max_catch_up=16, window=24)
+    prompt = rt_q4_1.tokenize(TEXT)
+    assert len(prompt) > 40
+    assert drafter.behind(prompt) == 24
+    drafter.prepare(prompt)
+    assert rt_q4_1.kv_tokens == prompt[-24:]
+
+
+def test_a_prompt_not_worth_reading_is_left_unread(
+    rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime
+) -> None:
+    # The adaptive controller with drafting on, but reading the prompt priced
+    # far above what a 12-token reply can save: the reply decodes plainly,
+    # the draft reads nothing, and the output is the target's own.
+    c = CostModel(9)
+    for k in range(1, 10):
+        c.set_target(k, 0.010 * (1 + 0.1 * (k - 1)))
+    c.t_draft = 0.002
+    c.catch_up_ratio = 5.0
+    ctrl = GammaController(c)
+    ctrl.acceptance.alpha[:] = 0.9
+    ctrl.acceptance.seen[:] = 20
+    assert ctrl.on
+    rt_q4_1.clear()
+    prompt = rt_q8_0.tokenize(TEXT)
+    decoder = SpeculativeDecoder(rt_q8_0, DraftModelDrafter(rt_q4_1), ctrl)
+    rounds = list(decoder.generate(prompt, GREEDY))
+    assert all(r.n_drafted == 0 for r in rounds)
+    assert rt_q4_1.kv_tokens == []
+    assert ctrl.decision.reason.startswith("off for this reply")
+    plain = SpeculativeDecoder(rt_q8_0)
+    expected = [t for r in plain.generate(prompt, GREEDY) for t in r.tokens]
+    assert [t for r in rounds for t in r.tokens] == expected

@@ -126,6 +126,9 @@ class ScriptedDrafter:
     def prepare(self, context: list[int]) -> None:
         pass
 
+    def behind(self, context: list[int]) -> int:
+        return 0
+
     def close(self) -> None:
         pass
 

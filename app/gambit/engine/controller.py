@@ -15,9 +15,16 @@ While off, nothing is learned about acceptance, so the policy probes: a
 draft of the length that would pay best if every token landed, as often as
 keeps probing under 3 % of the plain decoding time (a failed probe wastes its
 draft and the larger batch; a draft model must first re-read what it
-skipped, so its probes mostly come at the start of a reply, with the draft
-prepared during prompt processing). Hysteresis (switch on above +5 %, off
-below ±0 %) keeps it from flapping on noise.
+skipped). Hysteresis (switch on above +5 %, off below ±0 %) keeps it from
+flapping on noise.
+
+Reading is a cost too. A draft model reads each prompt before it can draft,
+and on a CPU a small quantized draft may read slower than the target does
+(measured: SmolLM2 Q4_1 prompt processing at 297 tokens/s, its F32 target at
+580). So speculation is on for a reply only where what drafting is expected
+to save over the reply (its expected length, learned from earlier replies
+and capped by max tokens) outweighs reading the prompt; otherwise the reply
+decodes plainly, and says why.
 
 Token trees add a second knob, w side nodes next to the main chain of γ.
 Their worth is measured the same way: ``side_gain`` is the running mean of
@@ -31,8 +38,8 @@ with the best expected rate; where a batch costs about as much as one token
 the batch costs (a small CPU) the measured gain must beat it.
 
 Everything here is measured (``gambit.engine.estimates``): ``CostModel`` is
-calibrated at load (``calibrate``) and updated from every round's timings;
-``AcceptanceModel`` from every round's outcomes.
+calibrated at load (``calibrate``) and updated from every round's timings and
+every prompt the drafter reads; ``AcceptanceModel`` from every round's outcomes.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from typing import Literal
 
 import numpy as np
 
-from gambit.engine.decoder import Round
+from gambit.engine.decoder import Round, StopReason
 from gambit.engine.estimates import ACCEPT_WEIGHT, AcceptanceModel, CostModel
 
 
@@ -97,6 +104,10 @@ class GammaController:
     # Before any tree round: tokens gained per side node. SpecInfer-style
     # trees report a few tenths; the first rounds measure the real figure.
     SIDE_GAIN_PRIOR = 0.25
+    # Before any reply has ended: its expected length, when max tokens does not
+    # cap it lower. Then a running mean (REPLY_WEIGHT) of the replies' lengths.
+    REPLY_PRIOR = 256
+    REPLY_WEIGHT = 0.3
 
     def __init__(
         self,
@@ -134,6 +145,13 @@ class GammaController:
         self._tokens_since_probe = self.PROBE_MAX
         self._probing = False
         self._behind = 0  # committed tokens the drafter has not read yet
+        self.reply_length = 0.0  # running mean of replies' lengths (0: none ended yet)
+        self._reply_tokens = 0  # in the current reply
+        # Why the next reply decodes plainly (reading its prompt would not pay),
+        # set by drafts_soon; the current reply's, from start_reply on.
+        self._sit_out_next: str | None = None
+        self._sit_out: str | None = None
+        self._n_read = 0  # prompt tokens the drafter was to read (drafts_soon)
         self._state(0)
         self.decision = self._decide()
 
@@ -168,13 +186,41 @@ class GammaController:
         return 1.0 / t1 if t1 > 0 else 0.0
 
     # -- GammaPolicy
-    def start_reply(self, n_context: int, draft_ready: bool) -> None:
+    def start_reply(self, n_context: int, draft_ready: bool, read_s: float = 0.0) -> None:
+        """``read_s``: seconds the drafter spent reading the prompt, if it did."""
         self._behind = 0 if draft_ready else n_context
+        self._reply_tokens = 0
+        self._sit_out, self._sit_out_next = self._sit_out_next, None
+        if draft_ready and self._n_read > 2 and read_s > 0:
+            self.costs.observe_catch_up(self._n_read, read_s)
 
-    def drafts_soon(self) -> bool:
+    def drafts_soon(self, n_read: int = 0, horizon: int = 0) -> bool:
+        self._n_read = n_read
         if self.mode != "adaptive":
             return self.mode == "fixed" and self.fixed_gamma > 0
-        return any(state.on for state in self._hints.values()) or self._probe_due()
+        on = [state for state in self._hints.values() if state.on]
+        if not on:
+            return self._probe_due(n_read)  # the reading counts towards a probe's cost
+        if n_read == 0 or any(not state.acceptance.seen.any() for state in on):
+            return True  # free to read, or never measured: read, and learn
+        best = max(float(self._speedups(state.acceptance.alpha).max()) for state in on)
+        tokens = self.expected_reply_length(horizon)
+        saving = tokens * self.costs.verify_cost(1) * (1.0 - 1.0 / best) if best > 0 else 0.0
+        reading = self.costs.catch_up_cost(n_read)
+        if reading <= saving:
+            return True
+        self._sit_out_next = (
+            f"off for this reply: the drafter would first read {n_read:,} prompt tokens "
+            f"(~{reading * 1000:.0f} ms), more than drafting at {best:.2f}x is expected to "
+            f"save over ~{tokens:.0f} tokens (~{saving * 1000:.0f} ms)"
+        )
+        return False
+
+    def expected_reply_length(self, horizon: int = 0) -> float:
+        """Tokens the coming reply is expected to have: the running mean of
+        earlier replies (a prior before any), at most ``horizon`` (0: no cap)."""
+        expected = self.reply_length or float(self.REPLY_PRIOR)
+        return min(expected, float(horizon)) if horizon > 0 else expected
 
     @property
     def probe_gamma(self) -> int:
@@ -214,6 +260,9 @@ class GammaController:
         state = self._state(hint)
         self._hint = hint
         self.decision = self._decide()
+        if self.mode == "adaptive" and self._sit_out is not None:
+            self.decision = Decision(0, 1.0, self.decision.best_speedup, self._sit_out)
+            return 0
         # A hint never drafted for is probed (below), on or off: its acceptance
         # is only the prior, and a probe's long draft measures more of it.
         untried = not state.acceptance.seen.any()
@@ -255,6 +304,10 @@ class GammaController:
                 gain = rnd.side_gain / rnd.n_side
                 self.side_gain += ACCEPT_WEIGHT * (gain - self.side_gain)
         self._tokens_since_probe += len(rnd.tokens)
+        self._reply_tokens += len(rnd.tokens)
+        if rnd.stop is not None and rnd.stop is not StopReason.CANCELLED:
+            n, mean = self._reply_tokens, self.reply_length
+            self.reply_length = mean + self.REPLY_WEIGHT * (n - mean) if mean else float(n)
         best = self._best()[2]
         if self._probing:
             self._probing = False

@@ -98,13 +98,16 @@ class GammaPolicy(Protocol):
         rounds with the same hint share what the policy learns."""
         ...
 
-    def start_reply(self, n_context: int, draft_ready: bool) -> None:
+    def start_reply(self, n_context: int, draft_ready: bool, read_s: float = 0.0) -> None:
         """A generation starts on ``n_context`` prompt tokens; ``draft_ready``:
-        the drafter has caught up on them during prompt processing."""
+        the drafter has caught up on them during prompt processing, in
+        ``read_s`` seconds."""
         ...
 
-    def drafts_soon(self) -> bool:
-        """Whether the first rounds will draft (worth preparing the drafter for)."""
+    def drafts_soon(self, n_read: int = 0, horizon: int = 0) -> bool:
+        """Whether the first rounds will draft, so the drafter should read the
+        prompt now: ``n_read`` tokens it would decode to do so, for a reply of
+        at most ``horizon`` tokens (0: unknown)."""
         ...
 
     def next_side_nodes(self) -> int:
@@ -122,10 +125,10 @@ class FixedGamma:
     def next_gamma(self, hint: int = 0) -> int:
         return self.gamma
 
-    def start_reply(self, n_context: int, draft_ready: bool) -> None:
+    def start_reply(self, n_context: int, draft_ready: bool, read_s: float = 0.0) -> None:
         pass
 
-    def drafts_soon(self) -> bool:
+    def drafts_soon(self, n_read: int = 0, horizon: int = 0) -> bool:
         return self.gamma > 0
 
     def next_side_nodes(self) -> int:
@@ -332,11 +335,11 @@ class SpeculativeDecoder:
             rng_draft=np.random.default_rng([seed, 1]),
         )
         try:
-            ready = self._prefill(prompt, cancel)
+            read_s = self._prefill(prompt, config.max_tokens, cancel)
         except DecodeAbortedError:
             yield self._final(reply, StopReason.CANCELLED)
             return
-        self.policy.start_reply(len(prompt), ready)
+        self.policy.start_reply(len(prompt), read_s is not None, read_s or 0.0)
         self.last_prefill_s = time.perf_counter() - t_start
         self.context = reply.context
         # Trees need a drafter that drafts them and a target with a KV
@@ -386,10 +389,12 @@ class SpeculativeDecoder:
             reply.index += 1
 
     # -- the steps of a generation
-    def _prefill(self, prompt: list[int], cancel: threading.Event | None) -> bool:
+    def _prefill(
+        self, prompt: list[int], max_tokens: int, cancel: threading.Event | None
+    ) -> float | None:
         """Put all of the prompt but its last token in the target's cache
-        (reusing what it already holds); returns whether the drafter read the
-        prompt too. Stop / Ctrl-C / closing stop a long prompt midway
+        (reusing what it already holds); returns the seconds the drafter took
+        to read the prompt too (None: it did not). Stop / Ctrl-C / closing stop a long prompt midway
         (llama.cpp's abort callback): DecodeAbortedError."""
         target = self.target
         keep = min(len(prompt) - 1, common_prefix_length(target.kv_tokens, prompt))
@@ -399,15 +404,17 @@ class SpeculativeDecoder:
             self.drafter.set_abort(cancel)
         try:
             target.decode(prompt[keep:-1])
-            # Prompt processing includes the drafter's, when it is about to draft:
-            # a draft model reads the prompt here, not inside the first round.
-            ready = (
-                self.drafter is not None and self.speculation_enabled and self.policy.drafts_soon()
-            )
-            if ready:
-                assert self.drafter is not None
-                self.drafter.prepare(prompt)
-            return ready
+            # Prompt processing includes the drafter's, when it is about to draft
+            # and the policy finds that reading the prompt pays: a draft model
+            # reads the prompt here, not inside the first round.
+            drafter = self.drafter
+            if drafter is None or not self.speculation_enabled:
+                return None
+            if not self.policy.drafts_soon(drafter.behind(prompt), max_tokens):
+                return None
+            t0 = time.perf_counter()
+            drafter.prepare(prompt)
+            return time.perf_counter() - t0
         finally:
             target.abort = None
             if self.drafter is not None:

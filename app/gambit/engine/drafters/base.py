@@ -60,6 +60,12 @@ class Drafter(Protocol):
         first round drafts at once (a draft model decodes the prompt here)."""
         ...
 
+    def behind(self, context: list[int]) -> int:
+        """How many tokens ``prepare(context)`` would decode (0: a drafter
+        without a model, which reads a prompt for free): what reading the
+        prompt costs, for the policy to weigh against what drafting can save."""
+        ...
+
     def set_abort(self, event: threading.Event | None) -> None:
         """While ``event`` is set, a long decode of the drafter's stops midway
         (DecodeAbortedError); None: never. A drafter without a model ignores it."""

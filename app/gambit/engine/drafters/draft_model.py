@@ -249,18 +249,31 @@ class DraftModelDrafter:
         if context:
             self.runtime.sync(self._view(context))
 
+    def behind(self, context: list[int]) -> int:
+        if not context:
+            return 0
+        offset, restart = self._plan_view(context)
+        view = context[offset:]
+        kept = 0 if restart else common_prefix_length(self.runtime.kv_tokens, view)
+        return len(view) - min(kept, len(view) - 1)  # as ModelRuntime.sync decodes
+
+    def _plan_view(self, context: list[int]) -> tuple[int, bool]:
+        """Where in ``context`` the draft's cache should start, and whether
+        that is a restart (catching up from the current start would read more
+        than ``max_catch_up`` tokens: start again on the last ``window``)."""
+        offset = 0 if self._offset >= len(context) or len(context) <= self.window else self._offset
+        view = context[offset:]
+        missing = len(view) - common_prefix_length(self.runtime.kv_tokens, view)
+        if missing > self.max_catch_up and len(context) > self.window:
+            return len(context) - self.window, True
+        return offset, False
+
     def _view(self, context: list[int]) -> list[int]:
         """The part of the context the draft's cache should hold."""
-        rt = self.runtime
-        if self._offset >= len(context) or len(context) <= self.window:
-            self._offset = 0
-        view = context[self._offset :]
-        missing = len(view) - common_prefix_length(rt.kv_tokens, view)
-        if missing > self.max_catch_up and len(context) > self.window:
-            self._offset = len(context) - self.window
-            rt.clear()
-            view = context[self._offset :]
-        return view
+        self._offset, restart = self._plan_view(context)
+        if restart:
+            self.runtime.clear()
+        return context[self._offset :]
 
     @staticmethod
     def _top_prob(row: np.ndarray, dist: Distribution, sampling: SamplingParams) -> float:

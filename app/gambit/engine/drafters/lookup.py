@@ -166,6 +166,9 @@ class PromptLookupDrafter:
     def prepare(self, context: list[int]) -> None:
         self._extend(context)  # indexing the prompt is free next to a decode
 
+    def behind(self, context: list[int]) -> int:
+        return 0
+
     def set_abort(self, event: threading.Event | None) -> None:
         pass  # no decode to stop
 

@@ -1,0 +1,108 @@
+"""Whether reading the prompt pays: the draft model's prompt reading weighed
+against what drafting is expected to save over the coming reply."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from test_controller import costs, plain_round, spec_round, with_alpha
+
+from gambit.engine.controller import GammaController
+from gambit.engine.decoder import StopReason
+
+
+def draft_model_controller(alpha: float = 0.95) -> GammaController:
+    # A compute-bound pair much like F32 + Q4_1 here: t(k) = t1 (1 + 0.25 (k - 1)),
+    # a draft step 0.4 t1, and the prompt read at 0.25 t1 a token.
+    c = costs(t1=0.010, slope=0.25, t_draft=0.004)
+    c.catch_up_ratio = 0.25
+    ctrl = with_alpha(GammaController(c), alpha)
+    ctrl.observe(spec_round(4, 4, 0.016, 0.020))  # a round as the costs say
+    ctrl.next_gamma()
+    return ctrl
+
+
+def end_reply(ctrl: GammaController, n_tokens: int) -> None:
+    rnd = plain_round(0.010)
+    ctrl.observe(dataclasses.replace(rnd, tokens=tuple(range(n_tokens)), stop=StopReason.EOG))
+
+
+def test_a_long_prompt_that_would_not_pay_is_not_read() -> None:
+    ctrl = draft_model_controller()
+    assert ctrl.on and ctrl.decision.expected_speedup > 1.1
+    best = ctrl.decision.best_speedup
+    # 300 prompt tokens cost 0.75 s to read; 128 tokens at ~1.3x save ~0.3 s.
+    saving = 128 * 0.010 * (1 - 1 / best)
+    assert saving < 300 * 0.25 * 0.010
+    assert not ctrl.drafts_soon(300, horizon=128)
+    ctrl.start_reply(300, draft_ready=False)
+    for _ in range(5):  # the whole reply decodes plainly, and says why
+        assert ctrl.next_gamma() == 0
+        assert ctrl.decision.reason.startswith("off for this reply: the drafter would first read")
+        ctrl.observe(plain_round(0.010))
+    # A short prompt (or a new turn, whose earlier tokens the draft holds) pays.
+    assert ctrl.drafts_soon(20, horizon=128)
+    ctrl.start_reply(20, draft_ready=True, read_s=0.005)
+    assert ctrl.next_gamma() > 0
+
+
+def test_a_long_reply_pays_for_a_long_prompt() -> None:
+    ctrl = draft_model_controller()
+    # Reading 150 tokens costs 37.5 t1; at ~1.25x drafting saves 0.2 t1 a token:
+    # ~51 t1 over the prior's 256 tokens (the expected length caps the horizon),
+    # ~13 t1 over 64.
+    assert ctrl.drafts_soon(150, horizon=1024)
+    assert not ctrl.drafts_soon(150, horizon=64)
+
+
+def test_the_expected_length_is_learned_from_earlier_replies() -> None:
+    ctrl = draft_model_controller()
+    assert ctrl.expected_reply_length() == GammaController.REPLY_PRIOR
+    assert ctrl.expected_reply_length(100) == 100
+    for _ in range(20):
+        ctrl.start_reply(10, draft_ready=True)
+        end_reply(ctrl, 40)
+    assert ctrl.expected_reply_length(512) == pytest.approx(40, rel=0.01)
+    # Short replies do not pay for a prompt of 100 tokens (0.25 s to read) ...
+    assert not ctrl.drafts_soon(100, horizon=512)
+    # ... but a cancelled reply says nothing about how long replies are.
+    ctrl.start_reply(10, draft_ready=False)
+    stopped = dataclasses.replace(plain_round(0.010), stop=StopReason.CANCELLED)
+    ctrl.observe(stopped)
+    assert ctrl.expected_reply_length(512) == pytest.approx(40, rel=0.01)
+
+
+def test_the_reading_itself_is_measured() -> None:
+    ctrl = draft_model_controller()
+    assert ctrl.drafts_soon(200, horizon=4096)
+    # It took 0.2 s: 0.1 t1 a token, where 0.25 was assumed.
+    ctrl.start_reply(200, draft_ready=True, read_s=0.2)
+    assert ctrl.costs.catch_up_ratio == pytest.approx(0.25 + 0.1 * (0.1 - 0.25))
+
+
+def test_free_reading_and_untried_drafters_always_read() -> None:
+    ctrl = draft_model_controller()
+    assert ctrl.drafts_soon(0, horizon=1)  # prompt lookup reads for free
+    fresh = GammaController(costs(t1=0.010, slope=0.02, t_draft=0.001))
+    fresh.costs.catch_up_ratio = 0.25
+    assert fresh.on and not fresh.acceptance.seen.any()
+    assert fresh.drafts_soon(3000, horizon=16)  # never measured: read, and learn
+
+
+def test_fixed_gamma_always_reads() -> None:
+    ctrl = GammaController(costs(t1=0.010, slope=0.25, t_draft=0.004), mode="fixed")
+    ctrl.costs.catch_up_ratio = 0.25
+    assert ctrl.drafts_soon(3000, horizon=16)
+    ctrl.start_reply(3000, draft_ready=True, read_s=1.0)
+    assert ctrl.next_gamma() == ctrl.fixed_gamma
+
+
+def test_off_means_a_probe_pays_for_its_reading() -> None:
+    ctrl = draft_model_controller(alpha=0.05)
+    ctrl.observe(spec_round(4, 0, 0.016, 0.020))
+    assert not ctrl.on
+    ctrl._tokens_since_probe = 100
+    # 100 plain tokens allow a probe of 0.03 s; reading 300 tokens costs 0.75 s.
+    assert not ctrl.drafts_soon(300, horizon=128)
+    assert ctrl.drafts_soon(0, horizon=128) == ctrl._probe_due(0)
