@@ -305,6 +305,13 @@ def test_bench_regimes(tmp_path: Path, smol_q4_1: Path) -> None:
         assert cell["bound"] >= 1.0
         assert cell["divergence"].endswith("/15")  # 5 speculative modes x 3 prompts
         assert cell["modes"]["fixed=8"]["tokens"] > 0
+        # Round efficiency against parts timed at the replies' own context.
+        at_context = cell["costs_at_context"]
+        assert at_context["t1_ms"] > 0 and set(at_context["t_ratio"]) == {"2", "3", "5", "9"}
+        assert (at_context["draft_ratio"] > 0) == (pair["drafter"] == "draft")
+        for gamma, ms in cell["round_ms"].items():
+            assert ms["round"] > 0 and ms["parts"] > 0
+            assert cell["round_efficiency"][gamma] == pytest.approx(ms["parts"] / ms["round"])
     draft_alpha = report["pairs"][0]["suites"]["ALL"]["alpha"]
     assert len(draft_alpha) == 8 and all(0.0 <= a <= 1.0 for a in draft_alpha)
     assert (out / "regimes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -93,3 +93,54 @@ def test_markdown_table_has_a_row_per_suite() -> None:
     rows = markdown_table(report).splitlines()
     assert len(rows) == 2 + 2
     assert rows[2].startswith("| F32 (compute-bound, t5/t1 1.40) | lookup | ALL |")
+
+
+def test_parts_timed_at_context_replace_the_calibration() -> None:
+    cell = Cell()
+    cell.totals[TARGET_ONLY].add(_stats(100, 1.0))
+    cell.totals[fixed_mode(4)].add(_stats(100, 0.8))
+    cell.rounds[4].n, cell.rounds[4].seconds = 10, 10 * 0.060
+    # Calibrated: 10 ms per token, a draft step of 3 ms, t(5) = 14 ms → parts 26 ms.
+    calibrated = costs(0.1, 0.3)
+    assert cell_figures(cell, calibrated)["round_efficiency"]["4"] == pytest.approx(0.026 / 0.060)
+    # Timed mid-reply (medians per reply, median over replies): t1 20 ms,
+    # t(5) 36 ms, a draft step of 6 ms → parts 60 ms, as the rounds took.
+    cell.parts.target[1] += [0.019, 0.020, 0.030]
+    cell.parts.target[5] += [0.036, 0.035, 0.037]
+    cell.parts.draft += [0.006, 0.005, 0.007]
+    f = cell_figures(cell, calibrated)
+    assert f["round_efficiency"]["4"] == pytest.approx(1.0)
+    assert f["round_ms"]["4"] == {"round": pytest.approx(60.0), "parts": pytest.approx(60.0)}
+    assert f["costs_at_context"]["t1_ms"] == pytest.approx(20.0)
+    assert f["costs_at_context"]["t_ratio"]["5"] == pytest.approx(1.8)
+    assert f["costs_at_context"]["draft_ratio"] == pytest.approx(0.3)
+
+
+def test_a_drafter_without_a_model_costs_nothing_per_step() -> None:
+    cell = Cell()
+    cell.parts.target[1].append(0.010)
+    cell.parts.target[9].append(0.020)
+    costs_at = cell.parts.cost_model(9)
+    assert costs_at is not None and costs_at.t_draft == 0.0
+    assert Cell().parts.cost_model(9) is None  # nothing timed: the calibration stands
+
+
+def test_end_to_end_counts_the_prompt_reading_fixed_policies_always_pay() -> None:
+    cell = Cell()
+
+    def run(seconds: float, prefill: float) -> GenerationStats:
+        s = _stats(100, seconds + prefill)
+        s.prefill_s = prefill
+        return s
+
+    cell.totals[TARGET_ONLY].add(run(1.0, 0.5))
+    # The fixed policy decodes 25 % faster but its draft reads the prompt (0.5 s more);
+    # the adaptive one skipped both.
+    cell.totals[fixed_mode(4)].add(run(0.8, 1.0))
+    cell.totals["adaptive"].add(run(1.0, 0.5))
+    f = cell_figures(cell, costs(0.1, 0.3))
+    assert f["best_fixed_speedup"] == pytest.approx(1.25)
+    assert f["adaptive_vs_best_fixed"] == pytest.approx(0.8)
+    assert f["best_fixed_end_to_end"] == pytest.approx(1.5 / 1.8)
+    assert f["adaptive_end_to_end"] == pytest.approx(1.0)
+    assert f["adaptive_vs_best_fixed_end_to_end"] == pytest.approx(1.8 / 1.5)
