@@ -23,6 +23,10 @@ def test_draft_model_reads_the_prompt_before_the_first_round(
     rounds = list(decoder.generate(prompt, GREEDY))
     # The first round had nothing left to catch up on: its drafting is steady-state.
     assert rounds[0].n_drafted > 0 and rounds[0].n_draft_synced <= 1
+    # Each round's catch-up is timed apart from its draft steps.
+    for rnd in rounds:
+        if rnd.n_drafted > 1:
+            assert 0 < rnd.t_draft_synced_s < rnd.t_draft_s
     assert decoder.last_prefill_s > 0
 
 

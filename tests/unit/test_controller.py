@@ -344,3 +344,69 @@ def test_speedups_are_kept_until_what_they_depend_on_changes() -> None:
     before = ctl._best()
     ctl.acceptance.observe((False,))  # α changes: so may the best γ's speedup
     assert ctl._best()[2] < before[2]
+
+
+def f32_like_costs() -> CostModel:
+    """Measured mid-reply on F32 + Q4_1 here: t(k)/t1 1.42 (k=2), 1.88 (5),
+    2.56 (9), a draft step 0.49 t1; drafts of 8 pay 1.18x at α = 0.95."""
+    ratios = {1: 1.0, 2: 1.42, 3: 1.59, 5: 1.88, 9: 2.56}
+    ks = sorted(ratios)
+    per_k = [0.0175 * float(np.interp(k, ks, [ratios[x] for x in ks])) for k in range(1, 10)]
+    return costs(per_k, t_draft=0.49 * 0.0175)
+
+
+def test_two_early_rejections_do_not_switch_a_paying_draft_off() -> None:
+    c = f32_like_costs()
+    ctrl = GammaController(c)
+    t1 = c.verify_cost(1)
+
+    def run(gamma: int, accepted: int) -> None:
+        t_verify = c.verify_cost(gamma + 1)
+        ctrl.observe(spec_round(gamma, accepted, gamma * 0.49 * t1, t_verify))
+
+    gamma = ctrl.next_gamma()  # never tried: a probe
+    run(gamma, gamma)
+    for _ in range(4):
+        gamma = ctrl.next_gamma()
+        run(gamma, gamma)
+    assert ctrl.on
+    # Two rejections at the first position in a row: 2 in 7 is what the
+    # estimate now says (α_1 ≈ 0.71, expected < 1x), but 7 rounds say little.
+    for _ in range(2):
+        run(ctrl.next_gamma(), 0)
+    assert ctrl._best()[2] < GammaController.OFF_BELOW  # the estimate alone says off
+    assert ctrl.on
+    assert ctrl.next_gamma() > 0
+
+
+def test_steady_rejections_still_switch_off_within_a_few_rounds() -> None:
+    c = f32_like_costs()
+    ctrl = GammaController(c)
+    t1 = c.verify_cost(1)
+    for _ in range(6):  # predictable text: on
+        gamma = ctrl.next_gamma()
+        ctrl.observe(spec_round(gamma, gamma, gamma * 0.49 * t1, c.verify_cost(gamma + 1)))
+    assert ctrl.on
+    rounds = 0
+    while ctrl.on:  # then nothing lands
+        gamma = ctrl.next_gamma()
+        ctrl.observe(spec_round(gamma, 0, gamma * 0.49 * t1, c.verify_cost(gamma + 1)))
+        rounds += 1
+        assert rounds < 8
+
+
+def test_a_draft_step_is_priced_without_the_rounds_catch_up() -> None:
+    c = costs(t1=0.010, slope=0.2, t_draft=0.004)
+    ctrl = GammaController(c)
+    catch_up = dict(n_draft_synced=2, t_draft_synced_s=0.007)
+    # 4 drafts: a 2-token catch-up of 7 ms, then 3 steps of 5 ms.
+    ctrl.observe(dataclasses.replace(spec_round(4, 4, 0.022, 0.016), **catch_up))
+    assert c.t_draft == pytest.approx(0.004 + 0.5 * (0.005 - 0.004))  # the 2nd sample weighs 1/2
+    # γ = 1: only the catch-up, which says nothing about a step.
+    before = c.t_draft
+    ctrl.observe(dataclasses.replace(spec_round(1, 1, 0.007, 0.012), **catch_up))
+    assert c.t_draft == before
+    # A long catch-up after plain rounds is priced apart, at what it took.
+    long = dict(n_draft_synced=40, t_draft_synced_s=0.080)
+    ctrl.observe(dataclasses.replace(spec_round(4, 4, 0.095, 0.016), **long))
+    assert c.catch_up_ratio == pytest.approx(0.080 / 40 / c.t1)

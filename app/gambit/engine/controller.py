@@ -21,10 +21,15 @@ flapping on noise.
 Reading is a cost too. A draft model reads each prompt before it can draft,
 and on a CPU a small quantized draft may read slower than the target does
 (measured: SmolLM2 Q4_1 prompt processing at 297 tokens/s, its F32 target at
-580). So speculation is on for a reply only where what drafting is expected
-to save over the reply (its expected length, learned from earlier replies
-and capped by max tokens) outweighs reading the prompt; otherwise the reply
-decodes plainly, and says why.
+580). So a reply decodes plainly, and says why, where even drafts that all
+land could not save what reading its prompt costs over the reply's expected
+length (learned from earlier replies, capped by max tokens): a long prompt
+and a short answer.
+
+Switching off is not free either: a draft model switched off must re-read
+what it skipped before it is tried again. So it switches off only where
+drafting would not pay even with acceptance one standard error above its
+estimate, which after a few rounds is worth little.
 
 Token trees add a second knob, w side nodes next to the main chain of γ.
 Their worth is measured the same way: ``side_gain`` is the running mean of
@@ -200,19 +205,23 @@ class GammaController:
             return self.mode == "fixed" and self.fixed_gamma > 0
         on = [state for state in self._hints.values() if state.on]
         if not on:
-            return self._probe_due(n_read)  # the reading counts towards a probe's cost
-        if n_read == 0 or any(not state.acceptance.seen.any() for state in on):
-            return True  # free to read, or never measured: read, and learn
-        best = max(float(self._speedups(state.acceptance.alpha).max()) for state in on)
+            return self._probe_due()
+        if n_read == 0:
+            return True  # reading is free (prompt lookup)
+        # Sit the reply out only where even drafts that all land could not
+        # repay the reading: the expected speedup is an estimate, and measured
+        # here it ran below what fixed γ = 8 made (1.2-1.3x against 1.4-1.5x
+        # on F32 + Q4_1), so pricing with it sat out replies that paid.
+        ceiling = self.ceiling_speedup()
         tokens = self.expected_reply_length(horizon)
-        saving = tokens * self.costs.verify_cost(1) * (1.0 - 1.0 / best) if best > 0 else 0.0
+        saving = tokens * self.costs.verify_cost(1) * max(0.0, 1.0 - 1.0 / ceiling)
         reading = self.costs.catch_up_cost(n_read)
         if reading <= saving:
             return True
         self._sit_out_next = (
             f"off for this reply: the drafter would first read {n_read:,} prompt tokens "
-            f"(~{reading * 1000:.0f} ms), more than drafting at {best:.2f}x is expected to "
-            f"save over ~{tokens:.0f} tokens (~{saving * 1000:.0f} ms)"
+            f"(~{reading * 1000:.0f} ms), more than drafting could save over ~{tokens:.0f} "
+            f"tokens even if every draft landed ({ceiling:.2f}x, ~{saving * 1000:.0f} ms)"
         )
         return False
 
@@ -292,13 +301,7 @@ class GammaController:
         if rnd.n_drafted:
             # Side nodes cost the drafter nothing extra: it decodes its main chain only.
             n_chain = rnd.n_drafted - rnd.n_side
-            if rnd.n_draft_synced <= 2:
-                self.costs.observe_draft(n_chain, rnd.t_draft_s)
-            else:
-                # A long catch-up (after plain rounds) is not the per-token
-                # cost of drafting in steady speculation: it is priced apart.
-                drafting = n_chain * self.costs.t_draft
-                self.costs.observe_catch_up(rnd.n_draft_synced, rnd.t_draft_s - drafting)
+            self._observe_drafting(rnd, n_chain)
             self.acceptance.observe(rnd.chain_outcomes)
             if rnd.n_side:
                 gain = rnd.side_gain / rnd.n_side
@@ -313,11 +316,42 @@ class GammaController:
             self._probing = False
             self._tokens_since_probe = 0
             self.on = best > self.ON_ABOVE
-        elif self.on and best < self.OFF_BELOW:
+        elif self.on and best < self.OFF_BELOW and self._unlikely_to_pay():
             self.on = False
             self._tokens_since_probe = 0
         elif not self.on and best > self.ON_ABOVE:
             self.on = True
+
+    def _unlikely_to_pay(self) -> bool:
+        """Whether drafting would not pay even if acceptance were one standard
+        error better than estimated. Switching off is not free: a draft model
+        must re-read what it skipped before it can be tried again, so its
+        probes are rare. Simulated at α = 0.95 with F32 + Q4_1 costs (γ = 8
+        makes 1.18x), switching off on the estimate alone left a draft model
+        off for 98 % of the rounds after two early rejections."""
+        optimistic = self._speedups(self.acceptance.optimistic())
+        return float(optimistic.max()) < self.OFF_BELOW
+
+    def _observe_drafting(self, rnd: Round, n_chain: int) -> None:
+        """The draft step's cost, and a long catch-up's, from a round's timing.
+
+        A draft model's round starts with a catch-up: one token after a
+        rejection, two after a fully accepted round (the last draft and the
+        bonus token, a batch costing ~1.6 steps here), many after plain rounds.
+        Where the drafter timed it apart, a step is what follows it: counting
+        it in made short drafts look ~30 % dearer per token than long ones,
+        and the controller chose short γ and sat out replies it should draft.
+        """
+        sync_s = rnd.t_draft_synced_s
+        if rnd.n_draft_synced > 2:
+            # A long catch-up (after plain rounds) is not the per-token cost
+            # of drafting in steady speculation: it is priced apart.
+            drafting = rnd.t_draft_s - sync_s if sync_s > 0 else n_chain * self.costs.t_draft
+            self.costs.observe_catch_up(rnd.n_draft_synced, rnd.t_draft_s - drafting)
+        elif sync_s <= 0:
+            self.costs.observe_draft(n_chain, rnd.t_draft_s)
+        elif n_chain > 1:
+            self.costs.observe_draft(n_chain - 1, rnd.t_draft_s - sync_s)
 
     # -- the model
     def expected_rate(self, gamma: int, side: int = 0) -> float:

@@ -61,6 +61,7 @@ class Round:
     elapsed_s: float  # since generate() was called, when this round was emitted
     stop: StopReason | None = None
     n_draft_synced: int = 0  # tokens the drafter decoded to catch up, within t_draft_s
+    t_draft_synced_s: float = 0.0  # the seconds of t_draft_s that took (0: not measured)
     # Token trees: ``n_drafted`` counts every node and ``outcomes`` is per
     # depth (was one of its candidates accepted?); ``n_side`` nodes were side
     # candidates, and ``main_outcomes`` is what the main chain alone showed.
@@ -378,6 +379,7 @@ class SpeculativeDecoder:
                 elapsed_s=time.perf_counter() - t_start,
                 stop=stop,
                 n_draft_synced=draft.n_synced,
+                t_draft_synced_s=draft.t_synced_s,
                 n_side=verdict.n_side,
                 main_outcomes=verdict.main_outcomes,
                 n_catch_up=len(pending) - 1,
@@ -451,7 +453,8 @@ class SpeculativeDecoder:
         if n_side > 0:
             assert isinstance(drafter, TreeDrafter)
             tree = drafter.draft_tree(reply.context, gamma, n_side, reply.sampling, reply.rng_draft)
-            draft = Draft(tree.tokens, list(tree.q) if tree.q else None, tree.n_synced)
+            q = list(tree.q) if tree.q else None
+            draft = Draft(tree.tokens, q, tree.n_synced, tree.t_synced_s)
             # Nothing to branch on: verify it as the chain it is.
             return draft, (tree if tree.n_side else None)
         return drafter.draft(reply.context, gamma, reply.sampling, reply.rng_draft), None

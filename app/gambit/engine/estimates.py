@@ -97,12 +97,12 @@ class CostModel:
             self.ratio[k] += weight * (seconds / self.t1 - self.ratio[k])
 
     def observe_draft(self, n_tokens: int, seconds: float) -> None:
-        """A round's drafting: ``n_tokens`` drafted (and the one or two tokens
-        synced first) in ``seconds``.
+        """``n_tokens`` draft steps in ``seconds``: a round's drafting after its
+        catch-up, where the drafter timed that apart (else with it).
 
         The first rounds weigh more (1/2, 1/3, ... down to COST_WEIGHT): the
-        calibration measures the draft alone, warm in the CPU's caches, and
-        in rounds, taking turns with the target, it measured up to 1.5x slower.
+        calibration times a step alone at a short filler context, rounds time
+        it where the reply is, taking turns with the target.
         """
         if n_tokens <= 0 or seconds < 0 or self.t1 <= 0:
             return
@@ -184,6 +184,18 @@ class AcceptanceModel:
             # that γ can grow when the text is predictable (exploration).
             tail = self.alpha[n:]
             tail += ACCEPT_WEIGHT / 2 * (self.alpha[n - 1] - tail)
+
+    def optimistic(self, z: float = 1.0) -> np.ndarray:
+        """α_i raised by ``z`` standard errors of its estimate, at most 1.
+
+        The estimates are means of Bernoulli outcomes over an effective sample
+        of the outcomes seen so far, at most ~2 / ACCEPT_WEIGHT (the running
+        mean's memory): after a few rounds one rejection moves α_i a lot, and
+        is worth that little."""
+        n = np.minimum(self.seen, 2.0 / ACCEPT_WEIGHT - 1.0)
+        a = self.alpha
+        optimistic: np.ndarray = np.minimum(1.0, a + z * np.sqrt(a * (1.0 - a) / (n + 1.0)))
+        return optimistic
 
     def expected_tokens(self, gamma: int) -> float:
         """E[tokens | γ] = 1 + Σ_{i≤γ} Π_{j≤i} α_j."""

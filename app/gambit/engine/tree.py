@@ -31,6 +31,7 @@ class DraftTree:
     q: tuple[Distribution, ...] | None
     main_depth: int  # nodes 0..main_depth-1 form the main chain
     n_synced: int = 0  # tokens the drafter decoded to catch up (as Draft.n_synced)
+    t_synced_s: float = 0.0  # and the seconds that took (as Draft.t_synced_s)
 
     def __post_init__(self) -> None:
         if len(self.parents) != len(self.tokens):
@@ -63,7 +64,12 @@ class DraftTree:
         return tuple(tuple(k) for k in kids)
 
 
-def chain_tree(tokens: tuple[int, ...], q: list[Distribution] | None, n_synced: int) -> DraftTree:
+def chain_tree(
+    tokens: tuple[int, ...],
+    q: list[Distribution] | None,
+    n_synced: int,
+    t_synced_s: float = 0.0,
+) -> DraftTree:
     """A chain as a tree with no side nodes."""
     return DraftTree(
         tokens=tokens,
@@ -71,4 +77,5 @@ def chain_tree(tokens: tuple[int, ...], q: list[Distribution] | None, n_synced: 
         q=tuple(q) if q is not None else None,
         main_depth=len(tokens),
         n_synced=n_synced,
+        t_synced_s=t_synced_s,
     )

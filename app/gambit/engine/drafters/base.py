@@ -19,8 +19,10 @@ class Draft:
     # drafter, whose proposals are point masses.
     q: list[Distribution] | None = None
     # Tokens the drafter first had to decode to catch up with the context
-    # (after plain rounds, many; in steady speculation, one or two).
+    # (after plain rounds, many; in steady speculation, one or two), and the
+    # seconds that took (0: not measured apart from the drafting).
     n_synced: int = 0
+    t_synced_s: float = 0.0
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,7 @@ def check_compatible(target: ModelRuntime, draft: ModelRuntime) -> None:
 @dataclass
 class _Run:
     n_synced: int
+    t_synced_s: float  # the catch-up's share of the drafting time
     tokens: list[int] = field(default_factory=list)
     q: list[Distribution] = field(default_factory=list)
     conf: list[float] = field(default_factory=list)  # the draft's probability of each token
@@ -111,7 +113,8 @@ class DraftModelDrafter:
         run = self._run(context, n_max, sampling, rng, n_alt=0)
         if run is None:
             return EMPTY_DRAFT
-        return Draft(tuple(run.tokens), None if sampling.greedy else run.q, run.n_synced)
+        q = None if sampling.greedy else run.q
+        return Draft(tuple(run.tokens), q, run.n_synced, run.t_synced_s)
 
     def draft_tree(
         self,
@@ -137,7 +140,8 @@ class DraftModelDrafter:
         if run is None:
             return chain_tree((), None, 0)
         if n_alt == 0:
-            return chain_tree(tuple(run.tokens), None if sampling.greedy else run.q, run.n_synced)
+            chain_q = None if sampling.greedy else run.q
+            return chain_tree(tuple(run.tokens), chain_q, run.n_synced, run.t_synced_s)
         # Best-first over (depth, rank): a rank joins only after the ranks
         # drawn before it at that depth (their order is what q_i assumes).
         reach = np.concatenate([[1.0], np.cumprod(run.conf)])
@@ -162,7 +166,7 @@ class DraftModelDrafter:
                 q.append(dist)
         return DraftTree(
             tuple(tokens), tuple(parents), tuple(q) if q is not None else None,
-            main_depth=len(run.tokens), n_synced=run.n_synced,
+            main_depth=len(run.tokens), n_synced=run.n_synced, t_synced_s=run.t_synced_s,
         )  # fmt: skip
 
     def _run(
@@ -182,7 +186,9 @@ class DraftModelDrafter:
         n_max = min(n_max, rt.n_ctx - len(view))  # room left in the draft's cache
         if n_max <= 0:
             return None
-        run = _Run(n_synced=rt.sync(view))
+        t0 = time.perf_counter()
+        n_synced = rt.sync(view)
+        run = _Run(n_synced, time.perf_counter() - t0)
         tokens = run.tokens
         recent = view[-sampling.repeat_last_n :] if sampling.repeat_penalty != 1.0 else []
         for i in range(n_max):
