@@ -410,3 +410,17 @@ def test_a_draft_step_is_priced_without_the_rounds_catch_up() -> None:
     long = dict(n_draft_synced=40, t_draft_synced_s=0.080)
     ctrl.observe(dataclasses.replace(spec_round(4, 4, 0.095, 0.016), **long))
     assert c.catch_up_ratio == pytest.approx(0.080 / 40 / c.t1)
+
+
+def test_the_catch_up_beyond_a_step_is_priced_per_round() -> None:
+    c = costs(t1=0.010, slope=0.2, t_draft=0.004)
+    ctrl = GammaController(c)
+    # Rounds whose 2-token catch-up takes 7 ms where a step takes 4 ms.
+    for _ in range(60):
+        rnd = spec_round(4, 4, 0.007 + 3 * 0.004, 0.018)
+        ctrl.observe(dataclasses.replace(rnd, n_draft_synced=2, t_draft_synced_s=0.007))
+    assert c.t_draft == pytest.approx(0.004)
+    assert c.t_draft_extra == pytest.approx(0.003, rel=0.01)
+    # A round of γ = 4 is priced at what it takes: 19 ms of drafting.
+    expected_cost = ctrl.acceptance.expected_tokens(4) / ctrl.expected_rate(4)
+    assert expected_cost == pytest.approx(0.019 + c.verify_cost(5), rel=0.01)

@@ -40,7 +40,7 @@ def test_a_long_prompt_that_could_not_pay_is_not_read() -> None:
     ctrl.start_reply(300, draft_ready=False)
     for _ in range(5):  # the whole reply decodes plainly, and says why
         assert ctrl.next_gamma() == 0
-        assert ctrl.decision.reason.startswith("off for this reply: the drafter would first read")
+        assert ctrl.decision.reason.startswith("off for this reply: reading the prompt (300 tokens")
         ctrl.observe(plain_round(0.010))
     # A short prompt (or a new turn, whose earlier tokens the draft holds) pays.
     assert ctrl.drafts_soon(20, horizon=128)

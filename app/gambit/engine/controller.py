@@ -219,9 +219,9 @@ class GammaController:
         if reading <= saving:
             return True
         self._sit_out_next = (
-            f"off for this reply: the drafter would first read {n_read:,} prompt tokens "
-            f"(~{reading * 1000:.0f} ms), more than drafting could save over ~{tokens:.0f} "
-            f"tokens even if every draft landed ({ceiling:.2f}x, ~{saving * 1000:.0f} ms)"
+            f"off for this reply: reading the prompt ({n_read:,} tokens, ~{reading * 1000:.0f} "
+            f"ms) costs more than drafting could save over ~{tokens:.0f} tokens "
+            f"(at most ~{saving * 1000:.0f} ms)"
         )
         return False
 
@@ -242,7 +242,7 @@ class GammaController:
         after the drafter catches up on ``catch_up`` skipped tokens."""
         g = self.probe_gamma
         c = self.costs
-        wasted = g * c.t_draft + c.verify_cost(g + 1) - c.verify_cost(1)
+        wasted = g * c.t_draft + c.t_draft_extra + c.verify_cost(g + 1) - c.verify_cost(1)
         return max(0.0, wasted) + c.catch_up_cost(min(catch_up, self.CATCH_UP_MAX))
 
     def _probe_due(self, catch_up: int = 0) -> bool:
@@ -338,9 +338,11 @@ class GammaController:
         A draft model's round starts with a catch-up: one token after a
         rejection, two after a fully accepted round (the last draft and the
         bonus token, a batch costing ~1.6 steps here), many after plain rounds.
-        Where the drafter timed it apart, a step is what follows it: counting
-        it in made short drafts look ~30 % dearer per token than long ones,
-        and the controller chose short γ and sat out replies it should draft.
+        Where the drafter timed it apart, a step is what follows it, and what
+        the catch-up costs beyond the one step it stands for is priced per
+        round (``CostModel.draft_extra_ratio``). Counted into the steps, it
+        made short drafts look ~30 % dearer per token than long ones; left
+        out, drafting looked cheaper than it is where it barely loses (Q8_0).
         """
         sync_s = rnd.t_draft_synced_s
         if rnd.n_draft_synced > 2:
@@ -350,13 +352,18 @@ class GammaController:
             self.costs.observe_catch_up(rnd.n_draft_synced, rnd.t_draft_s - drafting)
         elif sync_s <= 0:
             self.costs.observe_draft(n_chain, rnd.t_draft_s)
-        elif n_chain > 1:
-            self.costs.observe_draft(n_chain - 1, rnd.t_draft_s - sync_s)
+        else:
+            if n_chain > 1:
+                self.costs.observe_draft(n_chain - 1, rnd.t_draft_s - sync_s)
+            if self.costs.t_draft > 0:
+                self.costs.observe_draft_extra(max(0.0, sync_s - self.costs.t_draft))
 
     # -- the model
     def expected_rate(self, gamma: int, side: int = 0) -> float:
         """Expected tokens per second of a round with γ draft tokens and ``side`` side nodes."""
-        cost = gamma * self.costs.t_draft + self.costs.verify_cost(gamma + 1 + side)
+        c = self.costs
+        extra = c.t_draft_extra if gamma else 0.0
+        cost = gamma * c.t_draft + extra + c.verify_cost(gamma + 1 + side)
         tokens = self.acceptance.expected_tokens(gamma) + (side * self.side_gain if gamma else 0.0)
         return tokens / cost if cost > 0 else 0.0
 
@@ -378,7 +385,7 @@ class GammaController:
         w = np.arange(self.side_max + 1)[None, :]
         k = g + w + 1  # verification batch sizes
         verify, draft = self.costs.relative_costs(int(k.max()))
-        costs = g * draft + verify[k - 1]
+        costs = g * draft + self.costs.draft_extra_ratio + verify[k - 1]
         tokens = (1.0 + np.cumsum(np.cumprod(alpha)))[:, None] + w * self.side_gain
         speedups: np.ndarray = tokens / costs * verify[0] if verify[0] > 0 else 0.0 * costs
         speedups[g + w > self.node_max] = -np.inf

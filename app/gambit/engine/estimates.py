@@ -38,6 +38,11 @@ class CostModel:
         self._n_seen = np.zeros(k_max + 1, dtype=np.int64)  # rounds that measured t(k)
         self.draft_ratio = 0.0  # one draft step / t1 (0 for prompt lookup)
         self._draft_seen = 0  # rounds that measured it (the calibration counts as one)
+        # What a round's catch-up costs beyond the draft step it stands for
+        # (it yields the first draft's logits): after a fully accepted round a
+        # draft model reads two tokens, the last draft and the bonus token, in
+        # a batch of ~1.6 steps. Per round / t1; 0 where never timed apart.
+        self.draft_extra_ratio = 0.0
         # One token a drafter catches up on, decoded in a batch / t1 (0: not
         # measured yet; half a draft step is assumed then).
         self.catch_up_ratio = 0.0
@@ -65,6 +70,7 @@ class CostModel:
         other.draft_ratio = self.draft_ratio
         other._draft_seen = self._draft_seen
         other.catch_up_ratio = self.catch_up_ratio
+        other.draft_extra_ratio = self.draft_extra_ratio
         return other
 
     def set_target(self, k: int, seconds: float) -> None:
@@ -124,15 +130,29 @@ class CostModel:
         else:
             self.catch_up_ratio = ratio
 
+    def observe_draft_extra(self, seconds: float) -> None:
+        """A round's short catch-up took ``seconds`` beyond one draft step."""
+        if self.t1 <= 0:
+            return
+        self.draft_extra_ratio += COST_WEIGHT * (seconds / self.t1 - self.draft_extra_ratio)
+
+    @property
+    def t_draft_extra(self) -> float:
+        """Seconds a drafting round spends catching up beyond one draft step."""
+        return self.draft_extra_ratio * self.t1
+
     def catch_up_cost(self, n_tokens: int) -> float:
         """Seconds a drafter needs to catch up on ``n_tokens`` skipped tokens."""
         ratio = self.catch_up_ratio or self.draft_ratio / 2
         return n_tokens * ratio * self.t1
 
-    def curve_key(self) -> tuple[bool, bytes, bytes, float]:
+    def curve_key(self) -> tuple[bool, bytes, bytes, float, float]:
         """What ratios of costs depend on (not t1 itself): equal keys, equal
-        ``relative_costs``."""
-        return (self.t1 > 0, self.ratio.tobytes(), self._seen.tobytes(), self.draft_ratio)
+        ``relative_costs`` and ``draft_extra_ratio``."""
+        return (
+            self.t1 > 0, self.ratio.tobytes(), self._seen.tobytes(), self.draft_ratio,
+            self.draft_extra_ratio,
+        )  # fmt: skip
 
     def relative_costs(self, k_max: int) -> tuple[np.ndarray, float]:
         """t_target(k) / t1 for k = 1..k_max, and a draft step / t1 (with
