@@ -242,7 +242,7 @@ class GammaController:
         after the drafter catches up on ``catch_up`` skipped tokens."""
         g = self.probe_gamma
         c = self.costs
-        wasted = g * c.t_draft + c.t_draft_extra + c.verify_cost(g + 1) - c.verify_cost(1)
+        wasted = c.round_cost(g, g + 1) - c.verify_cost(1)
         return max(0.0, wasted) + c.catch_up_cost(min(catch_up, self.CATCH_UP_MAX))
 
     def _probe_due(self, catch_up: int = 0) -> bool:
@@ -361,9 +361,7 @@ class GammaController:
     # -- the model
     def expected_rate(self, gamma: int, side: int = 0) -> float:
         """Expected tokens per second of a round with γ draft tokens and ``side`` side nodes."""
-        c = self.costs
-        extra = c.t_draft_extra if gamma else 0.0
-        cost = gamma * c.t_draft + extra + c.verify_cost(gamma + 1 + side)
+        cost = self.costs.round_cost(gamma, gamma + 1 + side)
         tokens = self.acceptance.expected_tokens(gamma) + (side * self.side_gain if gamma else 0.0)
         return tokens / cost if cost > 0 else 0.0
 
@@ -385,6 +383,7 @@ class GammaController:
         w = np.arange(self.side_max + 1)[None, :]
         k = g + w + 1  # verification batch sizes
         verify, draft = self.costs.relative_costs(int(k.max()))
+        # CostModel.round_cost, in units of t1, for every (γ, w) at once.
         costs = g * draft + self.costs.draft_extra_ratio + verify[k - 1]
         tokens = (1.0 + np.cumsum(np.cumprod(alpha)))[:, None] + w * self.side_gain
         speedups: np.ndarray = tokens / costs * verify[0] if verify[0] > 0 else 0.0 * costs

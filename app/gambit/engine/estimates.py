@@ -136,10 +136,11 @@ class CostModel:
             return
         self.draft_extra_ratio += COST_WEIGHT * (seconds / self.t1 - self.draft_extra_ratio)
 
-    @property
-    def t_draft_extra(self) -> float:
-        """Seconds a drafting round spends catching up beyond one draft step."""
-        return self.draft_extra_ratio * self.t1
+    def round_cost(self, gamma: int, batch: int) -> float:
+        """Seconds of a round that drafts ``gamma`` tokens (its catch-up
+        included) and verifies a batch of ``batch`` tokens."""
+        drafting = (gamma * self.draft_ratio + self.draft_extra_ratio) * self.t1 if gamma else 0.0
+        return drafting + self.verify_cost(batch)
 
     def catch_up_cost(self, n_tokens: int) -> float:
         """Seconds a drafter needs to catch up on ``n_tokens`` skipped tokens."""
