@@ -66,8 +66,6 @@ TARGET_TYPES = ("F16", "F32", "Q8_0")
 DRAFTERS: tuple[DrafterKind, ...] = ("draft", *(k for k in DRAFTING if k != "draft"))
 # t(5)/t(1) below this: a batch of five costs little more than one token.
 BANDWIDTH_BOUND_BELOW = 1.3
-# Tokens per second from the request to the reply's end, prompt processing included.
-E2E_RATE = "end_to_end_tokens_per_s"
 # The calibration context: about where the bench's replies are decoded.
 CALIBRATION_CONTEXT = 192
 
@@ -133,7 +131,10 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
         if mode not in cell.totals:
             continue
         fig = cell.totals[mode].figures()
-        for rate, speedup in (("tokens_per_s", "speedup"), (E2E_RATE, "speedup_end_to_end")):
+        for rate, speedup in (
+            ("tokens_per_s", "speedup"),
+            ("end_to_end_tokens_per_s", "speedup_end_to_end"),  # prompt processing included
+        ):
             fig[speedup] = fig[rate] / base[rate] if base[rate] else 0.0
         modes[mode] = fig
     fixed = {m: f for m, f in modes.items() if m.startswith("fixed=")}
