@@ -15,6 +15,7 @@ behind. Files of a running process are never touched.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # psutil ships no type hints; imported this way, mypy needs no stubs package.
 psutil: Any = importlib.import_module("psutil")
+
+PRIVATE_DIR_MODE = 0o700
 
 # (stage, bytes done, bytes total); a total of NO_COUNTS: the stage runs, with no
 # byte counts to report.
@@ -92,3 +95,39 @@ def scratch_dir(
     where = Path(parent) if parent is not None else Path(tempfile.gettempdir())
     remove_stale(where, re.compile(re.escape(prefix) + r"(?P<pid>\d+)-.+"))
     return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-", dir=where)
+
+
+def make_private_dirs(path: Path) -> None:
+    """Create the folder ``path`` and any missing parents, each open to this
+    user only (0700). Folders that exist already are left as they are (they
+    may be the user's own). Raises ``OSError``."""
+    missing: list[Path] = []
+    for folder in (path, *path.parents):
+        if folder.is_dir():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+            folder.mkdir(mode=PRIVATE_DIR_MODE)
+    if not path.is_dir():
+        path.mkdir()  # raises the telling error: a file in the way, ...
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file in ``path``'s folder, then rename it
+    over ``path``. Creates the folder. The file is private (mkstemp's 0600).
+    Raises ``OSError`` on failure, leaving no temporary file behind."""
+    make_private_dirs(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            # On disk before the rename: otherwise a power cut can leave the
+            # renamed file empty on some file systems (ext4, APFS).
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -35,7 +35,8 @@ from types import TracebackType
 from typing import IO
 
 from gambit import __version__
-from gambit.storage.files import make_private_dirs, touch_private
+from gambit.fsutil import make_private_dirs
+from gambit.storage.files import touch_private
 from gambit.storage.paths import log_dir
 
 LOG_FILE = "gambit.log"

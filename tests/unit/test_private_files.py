@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from gambit.fsutil import make_private_dirs
 from gambit.models.library import ModelLibrary
 from gambit.storage import paths
 from gambit.storage.conversations import ConversationStore, default_store_path
-from gambit.storage.files import make_private_dirs, move_aside, touch_private
+from gambit.storage.files import move_aside, touch_private
 from gambit.storage.settings import Settings, SettingsStore
 from gguf_fixtures import write_small_model
 

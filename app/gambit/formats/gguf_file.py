@@ -11,9 +11,12 @@ The type tables still come from the ``gguf`` package.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import mmap
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -92,31 +95,44 @@ class GGUFHeader:
         return value if isinstance(value, str) else None
 
 
-class _Reader:
-    """Reads the header, checking every count against the file before using it:
-    a damaged count must cost an error message, not memory or a hang."""
+_U64 = struct.Struct("<Q")
 
-    def __init__(self, f: BinaryIO, path: Path) -> None:
-        self.f = f
+
+class _Reader:
+    """Reads the header from a memory map of the file, checking every count
+    against the file before using it: a damaged count must cost an error
+    message, not memory or a hang."""
+
+    def __init__(self, buf: bytes | mmap.mmap, path: Path, size: int) -> None:
+        self.buf = buf
         self.path = path
-        self.size = os.fstat(f.fileno()).st_size
+        self.size = size
+        self.pos = 0
 
     def damaged(self, what: str) -> DamagedModelError:
         return DamagedModelError(str(self.path), f"the GGUF header is damaged: {what}")
 
+    def truncated(self) -> TruncatedModelError:
+        return TruncatedModelError(
+            str(self.path),
+            f"the model file is truncated: it ends at {self.size:,} bytes, inside its "
+            "GGUF header (was the download interrupted?)",
+        )
+
     def read(self, n: int) -> bytes:
-        # Checked before reading: f.read(n) allocates n bytes up front.
-        data = self.f.read(n) if n <= self.size - self.f.tell() else b""
-        if len(data) != n:
-            raise TruncatedModelError(
-                str(self.path),
-                f"the model file is truncated: it ends at {self.size:,} bytes, inside its "
-                "GGUF header (was the download interrupted?)",
-            )
+        if n > self.size - self.pos:
+            raise self.truncated()
+        data = self.buf[self.pos : self.pos + n]
+        self.pos += n
         return data
 
     def unpack(self, fmt: str) -> Any:
-        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
+        n = struct.calcsize(fmt)
+        if n > self.size - self.pos:
+            raise self.truncated()
+        value = struct.unpack_from(fmt, self.buf, self.pos)[0]
+        self.pos += n
+        return value
 
     def string(self) -> bytes:
         n = self.unpack("<Q")
@@ -136,24 +152,38 @@ class _Reader:
         n = self.unpack("<Q")
         if n > _MAX_ARRAY:
             raise self.damaged(f"the list {key} claims {n:,} elements")
+        start = self.pos
         if etype == GGUFValueType.STRING:
-            items = []
-            for _ in range(n):
-                s = self.string()
-                if digest is not None:
-                    digest.update(len(s).to_bytes(4, "little") + s)
-                if keep:
-                    items.append(s.decode("utf-8", "replace"))
-            return items if keep else ("array", etype, n)
-        fmt = _SCALARS.get(etype)
-        if fmt is None:
-            raise self.damaged(f"the list {key} has elements of an unknown type {etype}")
-        raw = self.read(struct.calcsize(fmt) * n)
-        if digest is not None:
-            digest.update(raw)
-        if keep:
-            return list(struct.unpack(f"<{n}{fmt[1]}", raw))
-        return ("array", etype, n)
+            items = self._strings(n, keep)
+        else:
+            fmt = _SCALARS.get(etype)
+            if fmt is None:
+                raise self.damaged(f"the list {key} has elements of an unknown type {etype}")
+            raw = self.read(struct.calcsize(fmt) * n)
+            items = list(struct.unpack(f"<{n}{fmt[1]}", raw)) if keep else []
+        if digest is not None:  # the array's bytes as stored: lengths and texts
+            digest.update(self.buf[start : self.pos])
+        return items if keep else ("array", etype, n)
+
+    def _strings(self, n: int, keep: bool) -> list[str]:
+        """``n`` texts, decoded where ``keep``; otherwise only stepped over
+        (a vocabulary of 49k-262k texts: one tight loop, not a read each)."""
+        buf, pos, size = self.buf, self.pos, self.size
+        items: list[str] = []
+        for _ in range(n):
+            if pos + 8 > size:
+                raise self.truncated()
+            length = _U64.unpack_from(buf, pos)[0]
+            if length > _MAX_STRING:
+                raise self.damaged(f"a text claims to be {length:,} bytes long")
+            end = pos + 8 + length
+            if end > size:
+                raise self.truncated()
+            if keep:
+                items.append(buf[pos + 8 : end].decode("utf-8", "replace"))
+            pos = end
+        self.pos = pos
+        return items
 
     def tensor(self, seen: set[str]) -> TensorInfo:
         name = self.string().decode("utf-8", "replace")
@@ -280,6 +310,17 @@ def _check_types(r: _Reader, header: GGUFHeader, types: dict[str, tuple[int, int
 _TOKENIZER_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens")
 
 
+@contextlib.contextmanager
+def _mapped(f: BinaryIO) -> Iterator[bytes | mmap.mmap]:
+    """The file's bytes, mapped rather than read (a header is read once,
+    the weights after it never); an empty file is b"" (it cannot be mapped)."""
+    if os.fstat(f.fileno()).st_size == 0:
+        yield b""
+        return
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        yield mm
+
+
 def read_header(path: str | os.PathLike[str], keep_arrays: tuple[str, ...] = ()) -> GGUFHeader:
     """Parse the GGUF header of ``path`` (after ``check_basic_file``).
 
@@ -287,8 +328,8 @@ def read_header(path: str | os.PathLike[str], keep_arrays: tuple[str, ...] = ())
     ``DamagedModelError`` for what llama.cpp would refuse in a complete one.
     """
     p = Path(path)
-    with p.open("rb") as f:
-        r = _Reader(f, p)
+    with p.open("rb") as f, _mapped(f) as buf:
+        r = _Reader(buf, p, len(buf))
         magic = r.read(4)
         if magic != GGUF_MAGIC:
             raise NotGGUFError(str(p), "not a GGUF model file")
@@ -325,7 +366,7 @@ def read_header(path: str | os.PathLike[str], keep_arrays: tuple[str, ...] = ())
             seen.add(tensor.name)
             header.tensors.append(tensor)
         align = int(header.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
-        pos = f.tell()
+        pos = r.pos
         header.data_offset = (pos + align - 1) // align * align
         header.tokenizer_digest = digest.hexdigest()[:16]
     return header

@@ -29,10 +29,10 @@ from typing import Any, Literal, get_args
 from gambit.errors import GambitError, ModelFileError, ModelNotFoundError, NotAFileError
 from gambit.formats.gguf_file import check_model_file
 from gambit.formats.gguf_info import ModelInfo, inspect_model
-from gambit.fsutil import Progress
+from gambit.fsutil import Progress, make_private_dirs, write_atomic
 from gambit.models.pairing import compatible_drafts
 from gambit.storage import paths
-from gambit.storage.files import make_private_dirs, set_aside, write_atomic
+from gambit.storage.files import set_aside
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,9 @@ from types import TracebackType
 from typing import Any, cast
 
 from gambit.errors import GambitError
+from gambit.fsutil import make_private_dirs
 from gambit.storage import paths
-from gambit.storage.files import make_private_dirs, touch_private
+from gambit.storage.files import touch_private
 from gambit.storage.rows import ConversationSummary, Role, StoredMessage
 
 log = logging.getLogger(__name__)

@@ -9,27 +9,9 @@ import contextlib
 import datetime as dt
 import os
 import stat
-import tempfile
 from pathlib import Path
 
-PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
-
-
-def make_private_dirs(path: Path) -> None:
-    """Create the folder ``path`` and any missing parents, each open to this
-    user only (0700). Folders that exist already are left as they are (they
-    may be the user's own). Raises ``OSError``."""
-    missing: list[Path] = []
-    for folder in (path, *path.parents):
-        if folder.is_dir():
-            break
-        missing.append(folder)
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
-            folder.mkdir(mode=PRIVATE_DIR_MODE)
-    if not path.is_dir():
-        path.mkdir()  # raises the telling error: a file in the way, ...
 
 
 def touch_private(path: Path) -> None:
@@ -45,26 +27,6 @@ def touch_private(path: Path) -> None:
                 os.chmod(path, mode & 0o700)
     else:
         os.close(fd)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file in ``path``'s folder, then rename it
-    over ``path``. Creates the folder. The file is private (mkstemp's 0600).
-    Raises ``OSError`` on failure, leaving no temporary file behind."""
-    make_private_dirs(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            # On disk before the rename: otherwise a power cut can leave the
-            # renamed file empty on some file systems (ext4, APFS).
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def move_aside(path: Path, now: dt.datetime | None = None) -> Path:
