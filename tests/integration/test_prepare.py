@@ -1,4 +1,4 @@
-"""The drafter reads the prompt during prompt processing, and only when it will
+"""The drafter reads the prompt after the first token, and only when it will
 draft and reading pays."""
 
 from __future__ import annotations
@@ -14,20 +14,29 @@ GREEDY = GenerationConfig(max_tokens=12, sampling=SamplingParams(temperature=0.0
 TEXT = "Rewrite in the past tense: Tom walks his dog along the river every morning. " * 4
 
 
-def test_draft_model_reads_the_prompt_before_the_first_round(
+def test_the_first_token_comes_before_the_draft_model_reads_the_prompt(
     rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime
 ) -> None:
     rt_q4_1.clear()
     decoder = SpeculativeDecoder(rt_q8_0, DraftModelDrafter(rt_q4_1), FixedGamma(4))
     prompt = rt_q8_0.tokenize(TEXT)
-    rounds = list(decoder.generate(prompt, GREEDY))
-    # The first round had nothing left to catch up on: its drafting is steady-state.
-    assert rounds[0].n_drafted > 0 and rounds[0].n_draft_synced <= 1
+    stream = decoder.generate(prompt, GREEDY)
+    first = next(stream)
+    # The first token is the target's alone: a plain round, the draft untouched.
+    assert len(first.tokens) == 1 and first.n_drafted == 0
+    assert rt_q4_1.kv_tokens == []
+    assert first.t_prompt_s > 0  # the target's prompt processing
+    rounds = [first, *stream]
+    # The draft read the prompt before the second round, as prompt processing;
+    # that round had nothing left to catch up on: its drafting is steady-state.
+    second = rounds[1]
+    assert second.t_prompt_s > 0 and second.n_drafted > 0 and second.n_draft_synced <= 1
+    assert rt_q4_1.kv_tokens[: len(prompt)] == prompt
     # Each round's catch-up is timed apart from its draft steps.
     for rnd in rounds:
         if rnd.n_drafted > 1:
             assert 0 < rnd.t_draft_synced_s < rnd.t_draft_s
-    assert decoder.last_prefill_s > 0
+    assert all(r.t_prompt_s == 0 for r in rounds[2:])
 
 
 def test_draft_model_is_left_alone_while_speculation_is_off(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,7 +12,13 @@ from gambit.engine.controller import GammaController
 from gambit.engine.decoder import Round
 from gambit.engine.estimates import AcceptanceModel, CostModel
 
-GAMMA_MAX = 8
+GAMMA_MAX = 8  # these tests' policy drafts at most 8 (the app's default: DEFAULT_GAMMA_MAX)
+
+
+def controller(costs: CostModel, **kwargs: Any) -> GammaController:
+    """A controller with at most GAMMA_MAX draft tokens, unless told otherwise."""
+    kwargs.setdefault("gamma_max", GAMMA_MAX)
+    return GammaController(costs, **kwargs)
 
 
 def costs(
@@ -56,7 +63,7 @@ def test_expected_tokens_formula() -> None:
 
 def test_high_acceptance_cheap_verification_drafts_long() -> None:
     # GPU-like: a batch costs barely more than one token; a free drafter.
-    ctrl = with_alpha(GammaController(costs(slope=0.02)), 0.9)
+    ctrl = with_alpha(controller(costs(slope=0.02)), 0.9)
     gamma = ctrl.next_gamma()
     assert gamma >= 6
     assert ctrl.decision.expected_speedup > 2.0
@@ -64,7 +71,7 @@ def test_high_acceptance_cheap_verification_drafts_long() -> None:
 
 
 def test_low_acceptance_switches_off() -> None:
-    ctrl = with_alpha(GammaController(costs(slope=0.2, t_draft=0.004)), 0.3)
+    ctrl = with_alpha(controller(costs(slope=0.2, t_draft=0.004)), 0.3)
     assert ctrl.next_gamma() >= 1  # starts on (prior) for one round ...
     ctrl.observe(plain_round(0.010))  # ... any observation re-evaluates
     assert not ctrl.on
@@ -76,7 +83,7 @@ def test_low_acceptance_switches_off() -> None:
 def test_costly_verification_switches_off_even_with_good_drafts() -> None:
     # The measured CPU case: a 5-token batch costs ~2.8x one token, and the
     # draft model's step costs 60 % of a target token.
-    ctrl = with_alpha(GammaController(costs(slope=0.45, t_draft=0.006)), 0.9)
+    ctrl = with_alpha(controller(costs(slope=0.45, t_draft=0.006)), 0.9)
     # The first reply re-measures the batch costs with one probe (the load-time
     # calibration may have been disturbed) ...
     probe = ctrl.next_gamma()
@@ -93,7 +100,7 @@ def test_costly_verification_switches_off_even_with_good_drafts() -> None:
 def test_gamma_grows_with_acceptance() -> None:
     chosen = []
     for alpha in (0.5, 0.7, 0.85, 0.95):
-        ctrl = with_alpha(GammaController(costs(slope=0.1, t_draft=0.001)), alpha)
+        ctrl = with_alpha(controller(costs(slope=0.1, t_draft=0.001)), alpha)
         chosen.append(ctrl.next_gamma())
     assert chosen == sorted(chosen)
     assert chosen[-1] > chosen[0]
@@ -102,7 +109,7 @@ def test_gamma_grows_with_acceptance() -> None:
 def test_probes_while_off_and_recovers_when_text_turns_predictable() -> None:
     cheap = costs(slope=0.1, t_draft=0.001)
     cheap.catch_up_ratio = 0.001  # catching the drafter up is nearly free (a GPU)
-    ctrl = with_alpha(GammaController(cheap), 0.1)
+    ctrl = with_alpha(controller(cheap), 0.1)
     ctrl.observe(plain_round(0.010))
     assert not ctrl.on
     # Plain rounds until a probe is due; failing probes cost at most the budget.
@@ -145,8 +152,8 @@ def test_costly_catch_up_waits_for_the_start_of_a_reply() -> None:
     # each: a probe mid-reply would cost more than the budget allows ...
     slow = costs(slope=0.1, t_draft=0.004)
     slow.catch_up_ratio = 0.2
-    ctrl = with_alpha(GammaController(slow), 0.1)
-    ctrl.start_reply(300, draft_ready=False)
+    ctrl = with_alpha(controller(slow), 0.1)
+    ctrl.start_reply(300)
     ctrl.observe(plain_round(0.010))
     assert not ctrl.on
     probes = 0
@@ -157,16 +164,18 @@ def test_costly_catch_up_waits_for_the_start_of_a_reply() -> None:
     assert probes == 0
     # ... but at the start of the next reply it asks for the drafter to be
     # prepared during prompt processing, and then probes in the first round.
-    assert ctrl.drafts_soon()
-    ctrl.start_reply(300, draft_ready=True)
+    ctrl.start_reply(300)
+    assert ctrl.decide_reading()
+    ctrl.observe_reading(300, 0.0)
     assert ctrl.next_gamma() == ctrl.probe_gamma > 0
 
 
 def test_a_few_successful_probes_switch_speculation_on() -> None:
     # The prior (0.6) says no in this compute-bound case; two probes whose
     # drafts all land must be enough to change its mind.
-    ctrl = GammaController(costs(slope=0.3, t_draft=0.004))
-    ctrl.start_reply(100, draft_ready=True)
+    ctrl = controller(costs(slope=0.3, t_draft=0.004))
+    ctrl.start_reply(100)
+    ctrl.observe_reading(100, 0.0)
     assert not ctrl.on
     for _ in range(2):
         gamma = ctrl.next_gamma()
@@ -179,7 +188,7 @@ def test_a_few_successful_probes_switch_speculation_on() -> None:
 def test_hysteresis_does_not_flap_near_break_even() -> None:
     # Expected speedup sits between the off (1.0) and on (1.05) thresholds:
     # the controller keeps whatever state it is in.
-    ctrl = GammaController(costs(slope=0.0, t_draft=0.0))
+    ctrl = controller(costs(slope=0.0, t_draft=0.0))
     ctrl.acceptance.alpha[:] = 0.0
     ctrl.acceptance.alpha[0] = 0.03  # γ=1: E = 1.03 tokens for the same cost
     ctrl.observe(plain_round(0.010))
@@ -190,19 +199,19 @@ def test_hysteresis_does_not_flap_near_break_even() -> None:
 
 
 def test_fixed_and_off_modes() -> None:
-    fixed = with_alpha(GammaController(costs(slope=0.45, t_draft=0.006), mode="fixed",
+    fixed = with_alpha(controller(costs(slope=0.45, t_draft=0.006), mode="fixed",
                                        fixed_gamma=4), 0.1)  # fmt: skip
     fixed.observe(plain_round(0.010))
     assert fixed.next_gamma() == 4  # even when it loses
     assert fixed.decision.expected_speedup < 1.0
-    off = with_alpha(GammaController(costs(slope=0.02), mode="off"), 0.99)
+    off = with_alpha(controller(costs(slope=0.02), mode="off"), 0.99)
     assert off.next_gamma() == 0
     assert off.decision.best_speedup > 2.0  # it knows what it is missing
 
 
 def test_measurements_update_costs_and_acceptance() -> None:
     c = costs(t1=0.010)
-    ctrl = GammaController(c)
+    ctrl = controller(c)
     for _ in range(100):
         ctrl.observe(plain_round(0.020))  # the machine got slower
     assert c.verify_cost(1) == pytest.approx(0.020, rel=0.01)
@@ -225,7 +234,7 @@ def test_unmeasured_batch_sizes_are_interpolated() -> None:
     assert c.verify_cost(9) == pytest.approx(0.018 * 9 / 5)
     empty = CostModel(9)
     assert empty.verify_cost(4) == 4.0
-    assert np.isfinite(GammaController(empty).decision.best_speedup)
+    assert np.isfinite(controller(empty).decision.best_speedup)
 
 
 # ------------------------------------------------------------------ token trees
@@ -257,7 +266,7 @@ def tree_round(
 
 def test_cheap_batches_buy_side_nodes_within_the_node_budget() -> None:
     # GPU-like: a batch of 12 costs 5 % more than one token.
-    ctrl = with_alpha(GammaController(tree_costs(slope=0.005), side_max=7, node_max=8), 0.7)
+    ctrl = with_alpha(controller(tree_costs(slope=0.005), side_max=7, node_max=8), 0.7)
     ctrl.side_gain = 0.3
     gamma = ctrl.next_gamma()
     side = ctrl.next_side_nodes()
@@ -268,14 +277,14 @@ def test_cheap_batches_buy_side_nodes_within_the_node_budget() -> None:
 
 def test_costly_batches_keep_chains() -> None:
     # This machine's CPU: every extra token in the batch costs ~45 % of a token.
-    ctrl = with_alpha(GammaController(tree_costs(slope=0.45), side_max=7, node_max=8), 0.8)
+    ctrl = with_alpha(controller(tree_costs(slope=0.45), side_max=7, node_max=8), 0.8)
     ctrl.side_gain = 0.3
     assert ctrl.next_gamma() >= 1
     assert ctrl.next_side_nodes() == 0
 
 
 def test_side_gain_is_learned_from_tree_rounds() -> None:
-    ctrl = GammaController(tree_costs(slope=0.005), side_max=7, node_max=8)
+    ctrl = controller(tree_costs(slope=0.005), side_max=7, node_max=8)
     assert ctrl.side_gain == GammaController.SIDE_GAIN_PRIOR
     for _ in range(40):
         ctrl.observe(tree_round(gamma=3, n_side=2, chain_accepted=1, side_gain=1))
@@ -290,7 +299,7 @@ def test_side_gain_is_learned_from_tree_rounds() -> None:
 
 
 def test_fixed_tree_shape() -> None:
-    ctrl = GammaController(
+    ctrl = controller(
         tree_costs(slope=0.45), mode="fixed", fixed_gamma=3, side_max=7, fixed_side=2, node_max=8
     )
     assert (ctrl.next_gamma(), ctrl.next_side_nodes()) == (3, 2)
@@ -299,7 +308,7 @@ def test_fixed_tree_shape() -> None:
 
 def test_draft_cost_counts_only_the_chain() -> None:
     """Side nodes cost the drafter no decode: t_draft is per main-chain token."""
-    ctrl = GammaController(tree_costs(slope=0.1), side_max=4, node_max=8)
+    ctrl = controller(tree_costs(slope=0.1), side_max=4, node_max=8)
     rnd = tree_round(gamma=2, n_side=3, chain_accepted=2, side_gain=0, slope=0.1)
     ctrl.observe(dataclasses.replace(rnd, t_draft_s=0.008))
     assert ctrl.costs.t_draft == pytest.approx(0.004)
@@ -308,7 +317,7 @@ def test_draft_cost_counts_only_the_chain() -> None:
 def test_each_hint_learns_its_own_acceptance() -> None:
     # Compute-bound costs, a free drafter (prompt lookup): drafts after short
     # matches (hint 1) fail, drafts inside long copied stretches (hint 4) land.
-    ctrl = GammaController(costs(slope=0.3))
+    ctrl = controller(costs(slope=0.3))
     for _ in range(30):
         gamma = ctrl.next_gamma(hint=1)
         if gamma:
@@ -332,7 +341,7 @@ def test_speedups_are_kept_until_what_they_depend_on_changes() -> None:
     for k, seconds in [(1, 0.010), (2, 0.014), (5, 0.030), (9, 0.050)]:
         costs.set_target(k, seconds)
     costs.t_draft = 0.004
-    ctl = GammaController(costs, "adaptive", gamma_max=8)
+    ctl = controller(costs, mode="adaptive", gamma_max=8)
     ceiling = ctl.ceiling_speedup()
     costs.observe_verify(1, 0.013)  # a plain round moves t1; ratios of costs do not
     assert ctl.ceiling_speedup() == ceiling
@@ -357,7 +366,7 @@ def f32_like_costs() -> CostModel:
 
 def test_two_early_rejections_do_not_switch_a_paying_draft_off() -> None:
     c = f32_like_costs()
-    ctrl = GammaController(c)
+    ctrl = controller(c)
     t1 = c.verify_cost(1)
 
     def run(gamma: int, accepted: int) -> None:
@@ -381,7 +390,7 @@ def test_two_early_rejections_do_not_switch_a_paying_draft_off() -> None:
 
 def test_steady_rejections_still_switch_off_within_a_few_rounds() -> None:
     c = f32_like_costs()
-    ctrl = GammaController(c)
+    ctrl = controller(c)
     t1 = c.verify_cost(1)
     for _ in range(6):  # predictable text: on
         gamma = ctrl.next_gamma()
@@ -397,7 +406,7 @@ def test_steady_rejections_still_switch_off_within_a_few_rounds() -> None:
 
 def test_a_draft_step_is_priced_without_the_rounds_catch_up() -> None:
     c = costs(t1=0.010, slope=0.2, t_draft=0.004)
-    ctrl = GammaController(c)
+    ctrl = controller(c)
     catch_up = dict(n_draft_synced=2, t_draft_synced_s=0.007)
     # 4 drafts: a 2-token catch-up of 7 ms, then 3 steps of 5 ms.
     ctrl.observe(dataclasses.replace(spec_round(4, 4, 0.022, 0.016), **catch_up))
@@ -414,7 +423,7 @@ def test_a_draft_step_is_priced_without_the_rounds_catch_up() -> None:
 
 def test_the_catch_up_beyond_a_step_is_priced_per_round() -> None:
     c = costs(t1=0.010, slope=0.2, t_draft=0.004)
-    ctrl = GammaController(c)
+    ctrl = controller(c)
     # Rounds whose 2-token catch-up takes 7 ms where a step takes 4 ms.
     for _ in range(60):
         rnd = spec_round(4, 4, 0.007 + 3 * 0.004, 0.018)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_controller import costs, plain_round, spec_round, with_alpha
+from test_controller import controller, costs, plain_round, spec_round, with_alpha
 
 from gambit.engine.controller import GammaController
 from gambit.engine.decoder import StopReason
@@ -17,7 +17,7 @@ def draft_model_controller(alpha: float = 0.95) -> GammaController:
     # a draft step 0.4 t1, and the prompt read at 0.25 t1 a token.
     c = costs(t1=0.010, slope=0.25, t_draft=0.004)
     c.catch_up_ratio = 0.25
-    ctrl = with_alpha(GammaController(c), alpha)
+    ctrl = with_alpha(controller(c), alpha)
     ctrl.observe(spec_round(4, 4, 0.016, 0.020))  # a round as the costs say
     ctrl.next_gamma()
     return ctrl
@@ -36,15 +36,16 @@ def test_a_long_prompt_that_could_not_pay_is_not_read() -> None:
     ceiling = ctrl.ceiling_speedup()
     assert 1.4 < ceiling < 1.5
     assert 128 * 0.010 * (1 - 1 / ceiling) < 300 * 0.25 * 0.010
-    assert not ctrl.drafts_soon(300, horizon=128)
-    ctrl.start_reply(300, draft_ready=False)
+    ctrl.start_reply(300)
+    assert not ctrl.decide_reading(300, horizon=128)
     for _ in range(5):  # the whole reply decodes plainly, and says why
         assert ctrl.next_gamma() == 0
         assert ctrl.decision.reason.startswith("off for this reply: reading the prompt (300 tokens")
         ctrl.observe(plain_round(0.010))
     # A short prompt (or a new turn, whose earlier tokens the draft holds) pays.
-    assert ctrl.drafts_soon(20, horizon=128)
-    ctrl.start_reply(20, draft_ready=True, read_s=0.005)
+    ctrl.start_reply(20)
+    assert ctrl.decide_reading(20, horizon=128)
+    ctrl.observe_reading(20, 0.005)
     assert ctrl.next_gamma() > 0
 
 
@@ -53,8 +54,8 @@ def test_a_long_reply_pays_for_a_long_prompt() -> None:
     # Reading 150 tokens costs 37.5 t1; at the ~1.45x ceiling drafting saves
     # 0.31 t1 a token: ~79 t1 over the prior's 256 tokens (the expected length
     # caps the horizon), ~20 t1 over 64.
-    assert ctrl.drafts_soon(150, horizon=1024)
-    assert not ctrl.drafts_soon(150, horizon=64)
+    assert ctrl.decide_reading(150, horizon=1024)
+    assert not ctrl.decide_reading(150, horizon=64)
 
 
 def test_the_expected_length_is_learned_from_earlier_replies() -> None:
@@ -62,13 +63,14 @@ def test_the_expected_length_is_learned_from_earlier_replies() -> None:
     assert ctrl.expected_reply_length() == GammaController.REPLY_PRIOR
     assert ctrl.expected_reply_length(100) == 100
     for _ in range(20):
-        ctrl.start_reply(10, draft_ready=True)
+        ctrl.start_reply(10)
+        ctrl.observe_reading(10, 0.0)
         end_reply(ctrl, 40)
     assert ctrl.expected_reply_length(512) == pytest.approx(40, rel=0.01)
     # Short replies cannot pay for a prompt of 100 tokens (0.25 s to read) ...
-    assert not ctrl.drafts_soon(100, horizon=512)
+    assert not ctrl.decide_reading(100, horizon=512)
     # ... but a cancelled reply says nothing about how long replies are.
-    ctrl.start_reply(10, draft_ready=False)
+    ctrl.start_reply(10)
     stopped = dataclasses.replace(plain_round(0.010), stop=StopReason.CANCELLED)
     ctrl.observe(stopped)
     assert ctrl.expected_reply_length(512) == pytest.approx(40, rel=0.01)
@@ -76,29 +78,31 @@ def test_the_expected_length_is_learned_from_earlier_replies() -> None:
 
 def test_the_reading_itself_is_measured() -> None:
     ctrl = draft_model_controller()
-    assert ctrl.drafts_soon(200, horizon=4096)
+    ctrl.start_reply(200)
+    assert ctrl.decide_reading(200, horizon=4096)
     # It took 0.2 s: 0.1 t1 a token, where 0.25 was assumed.
-    ctrl.start_reply(200, draft_ready=True, read_s=0.2)
+    ctrl.observe_reading(200, 0.2)
     assert ctrl.costs.catch_up_ratio == pytest.approx(0.25 + 0.1 * (0.1 - 0.25))
 
 
 def test_free_reading_always_reads_and_untried_drafters_are_judged_alike() -> None:
     ctrl = draft_model_controller()
-    assert ctrl.drafts_soon(0, horizon=1)  # prompt lookup reads for free
-    fresh = GammaController(costs(t1=0.010, slope=0.02, t_draft=0.001))
+    assert ctrl.decide_reading(0, horizon=1)  # prompt lookup reads for free
+    fresh = controller(costs(t1=0.010, slope=0.02, t_draft=0.001))
     fresh.costs.catch_up_ratio = 0.25
     assert fresh.on and not fresh.acceptance.seen.any()
     # The ceiling needs no measured acceptance: a short reply after a huge
     # prompt cannot pay, whatever the drafter turns out to be.
-    assert fresh.drafts_soon(100, horizon=128)
-    assert not fresh.drafts_soon(3000, horizon=16)
+    assert fresh.decide_reading(100, horizon=128)
+    assert not fresh.decide_reading(3000, horizon=16)
 
 
 def test_fixed_gamma_always_reads() -> None:
-    ctrl = GammaController(costs(t1=0.010, slope=0.25, t_draft=0.004), mode="fixed")
+    ctrl = controller(costs(t1=0.010, slope=0.25, t_draft=0.004), mode="fixed")
     ctrl.costs.catch_up_ratio = 0.25
-    assert ctrl.drafts_soon(3000, horizon=16)
-    ctrl.start_reply(3000, draft_ready=True, read_s=1.0)
+    ctrl.start_reply(3000)
+    assert ctrl.decide_reading(3000, horizon=16)
+    ctrl.observe_reading(3000, 1.0)
     assert ctrl.next_gamma() == ctrl.fixed_gamma
 
 
@@ -107,6 +111,6 @@ def test_while_off_a_reply_reads_only_for_a_probe() -> None:
     ctrl.observe(spec_round(4, 0, 0.016, 0.020))
     assert not ctrl.on
     ctrl._tokens_since_probe = 0
-    assert not ctrl.drafts_soon(30, horizon=128)
+    assert not ctrl.decide_reading(30, horizon=128)
     ctrl._tokens_since_probe = GammaController.PROBE_MAX
-    assert ctrl.drafts_soon(30, horizon=128)
+    assert ctrl.decide_reading(30, horizon=128)

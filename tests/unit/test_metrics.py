@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gambit.engine.decoder import Round
@@ -28,12 +30,16 @@ def rnd(
 
 def test_tokens_per_s_leaves_prompt_processing_out() -> None:
     tracker = MetricsTracker()
-    tracker.set_prefill(1.0)  # one second of prompt processing
+    # One second of the target's prompt processing before the first round, then
+    # 10 tokens in one second, with a draft model's reading of the prompt
+    # (0.5 s) before the second round: prompt processing too, wherever it falls.
     for i in range(10):
-        tracker.add(rnd(i, 1.0 + 0.1 * (i + 1)))  # then 10 tokens in one second
+        prompt = {0: 1.0, 1: 0.5}.get(i, 0.0)
+        at = 1.0 + 0.1 * (i + 1) + (0.5 if i else 0.0)
+        tracker.add(dataclasses.replace(rnd(i, at), t_prompt_s=prompt))
     snap = tracker.snapshot(baseline_tokens_per_s=8.0)
     assert snap.tokens_per_s == pytest.approx(10.0)
-    assert snap.ttft_ms == pytest.approx(1100.0)  # the first token waits for the prompt
+    assert snap.ttft_ms == pytest.approx(1100.0)  # the first token waits for the target's prompt
 
 
 def test_a_reply_without_drafting_claims_no_speedup() -> None:

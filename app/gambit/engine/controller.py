@@ -75,6 +75,14 @@ class Decision:
 
 PolicyMode = Literal["adaptive", "fixed", "off"]
 
+# The defaults of the two draft lengths, declared once: the settings, the
+# engine's config, the command line and the benchmarks read them from here.
+# Up to 16: on a realistic pair (a draft step ~0.1 of a target step, batches
+# of 9 costing ~2.5 steps) the best fixed γ measured was 8-16; the adaptive
+# policy goes as far as the measured costs and acceptance say.
+DEFAULT_GAMMA = 4  # the fixed policy's
+DEFAULT_GAMMA_MAX = 16  # the adaptive policy's ceiling and fixed γ's limit
+
 
 class GammaController:
     """Chooses γ for each round, and keeps measuring whatever the mode.
@@ -118,8 +126,8 @@ class GammaController:
         self,
         costs: CostModel,
         mode: PolicyMode = "adaptive",
-        gamma_max: int = 8,
-        fixed_gamma: int = 4,
+        gamma_max: int = DEFAULT_GAMMA_MAX,
+        fixed_gamma: int = DEFAULT_GAMMA,
         prior_alpha: float = 0.6,
         side_max: int = 0,
         fixed_side: int = 0,
@@ -152,11 +160,9 @@ class GammaController:
         self._behind = 0  # committed tokens the drafter has not read yet
         self.reply_length = 0.0  # running mean of replies' lengths (0: none ended yet)
         self._reply_tokens = 0  # in the current reply
-        # Why the next reply decodes plainly (reading its prompt would not pay),
-        # set by drafts_soon; the current reply's, from start_reply on.
-        self._sit_out_next: str | None = None
+        # Why the current reply decodes plainly: reading its prompt would not
+        # pay (decide_reading); None: it drafts as decided round by round.
         self._sit_out: str | None = None
-        self._n_read = 0  # prompt tokens the drafter was to read (drafts_soon)
         self._state(0)
         self.decision = self._decide()
 
@@ -191,16 +197,17 @@ class GammaController:
         return 1.0 / t1 if t1 > 0 else 0.0
 
     # -- GammaPolicy
-    def start_reply(self, n_context: int, draft_ready: bool, read_s: float = 0.0) -> None:
-        """``read_s``: seconds the drafter spent reading the prompt, if it did."""
-        self._behind = 0 if draft_ready else n_context
+    def start_reply(self, n_context: int) -> None:
+        """A reply starts on ``n_context`` prompt tokens the drafter has not read."""
+        self._behind = n_context
         self._reply_tokens = 0
-        self._sit_out, self._sit_out_next = self._sit_out_next, None
-        if draft_ready and self._n_read > 2 and read_s > 0:
-            self.costs.observe_catch_up(self._n_read, read_s)
+        self._sit_out = None
 
-    def drafts_soon(self, n_read: int = 0, horizon: int = 0) -> bool:
-        self._n_read = n_read
+    def decide_reading(self, n_read: int = 0, horizon: int = 0) -> bool:
+        """Whether the drafter reads the prompt now (``n_read`` tokens) for a
+        reply of at most ``horizon`` more tokens (0: unknown). Where it does
+        not, the reply decodes plainly (``_sit_out`` says why) unless a probe
+        or the drafter's own catch-up brings it back."""
         if self.mode != "adaptive":
             return self.mode == "fixed" and self.fixed_gamma > 0
         on = [state for state in self._hints.values() if state.on]
@@ -218,12 +225,18 @@ class GammaController:
         reading = self.costs.catch_up_cost(n_read)
         if reading <= saving:
             return True
-        self._sit_out_next = (
+        self._sit_out = (
             f"off for this reply: reading the prompt ({n_read:,} tokens, ~{reading * 1000:.0f} "
             f"ms) costs more than drafting could save over ~{tokens:.0f} tokens "
             f"(at most ~{saving * 1000:.0f} ms)"
         )
         return False
+
+    def observe_reading(self, n_read: int, seconds: float) -> None:
+        """The drafter read the ``n_read`` tokens it was behind in ``seconds``."""
+        self._behind = 0
+        if n_read > 2 and seconds > 0:
+            self.costs.observe_catch_up(n_read, seconds)
 
     def expected_reply_length(self, horizon: int = 0) -> float:
         """Tokens the coming reply is expected to have: the running mean of

@@ -35,6 +35,11 @@ from gambit.engine.tree import DraftTree
 from gambit.engine.verify import speculative_sample, verify_tree
 from gambit.errors import ContextOverflowError, DecodeAbortedError
 
+# A drafter at most this many tokens behind reads them within a round, as every
+# round's catch-up does (the last draft and the bonus token); more, and the
+# first token does not wait for it.
+READ_IN_ROUND_MAX = 2
+
 
 class StopReason(str, enum.Enum):
     EOG = "end of text"
@@ -71,6 +76,10 @@ class Round:
     # accepted side branch of the round before); the batch held
     # n_catch_up + 1 + n_drafted tokens.
     n_catch_up: int = 0
+    # Prompt processing that came before this round, within elapsed_s: the
+    # target's before the first round, the drafter's reading of the prompt
+    # before the round that follows it (the first token does not wait for it).
+    t_prompt_s: float = 0.0
 
     @property
     def chain_outcomes(self) -> tuple[bool, ...]:
@@ -99,16 +108,18 @@ class GammaPolicy(Protocol):
         rounds with the same hint share what the policy learns."""
         ...
 
-    def start_reply(self, n_context: int, draft_ready: bool, read_s: float = 0.0) -> None:
-        """A generation starts on ``n_context`` prompt tokens; ``draft_ready``:
-        the drafter has caught up on them during prompt processing, in
-        ``read_s`` seconds."""
+    def start_reply(self, n_context: int) -> None:
+        """A generation starts on ``n_context`` prompt tokens the drafter has not read."""
         ...
 
-    def drafts_soon(self, n_read: int = 0, horizon: int = 0) -> bool:
-        """Whether the first rounds will draft, so the drafter should read the
-        prompt now: ``n_read`` tokens it would decode to do so, for a reply of
-        at most ``horizon`` tokens (0: unknown)."""
+    def decide_reading(self, n_read: int = 0, horizon: int = 0) -> bool:
+        """Whether the drafter reads the prompt now, so that the next rounds
+        can draft: ``n_read`` tokens it would decode, for a reply of at most
+        ``horizon`` more tokens (0: unknown)."""
+        ...
+
+    def observe_reading(self, n_read: int, seconds: float) -> None:
+        """The drafter read the ``n_read`` tokens it was behind in ``seconds``."""
         ...
 
     def next_side_nodes(self) -> int:
@@ -126,11 +137,14 @@ class FixedGamma:
     def next_gamma(self, hint: int = 0) -> int:
         return self.gamma
 
-    def start_reply(self, n_context: int, draft_ready: bool, read_s: float = 0.0) -> None:
+    def start_reply(self, n_context: int) -> None:
         pass
 
-    def drafts_soon(self, n_read: int = 0, horizon: int = 0) -> bool:
+    def decide_reading(self, n_read: int = 0, horizon: int = 0) -> bool:
         return self.gamma > 0
+
+    def observe_reading(self, n_read: int, seconds: float) -> None:
+        pass
 
     def next_side_nodes(self) -> int:
         return self.side
@@ -282,6 +296,10 @@ class _Reply:
     rng_draft: np.random.Generator  # the drafter's own proposals
     n_generated: int = 0
     index: int = 0
+    # Whether the drafter read the prompt: None while undecided, False where
+    # the policy found it would not pay.
+    read: bool | None = None
+    t_prompt_s: float = 0.0  # prompt processing not yet reported by a round
 
 
 class SpeculativeDecoder:
@@ -306,7 +324,6 @@ class SpeculativeDecoder:
         self.drafter = drafter
         self.policy: GammaPolicy = policy or FixedGamma(4 if drafter else 0)
         self.context: list[int] = []
-        self.last_prefill_s = 0.0  # prompt processing time of the last generation
         # Read between rounds: flip speculation off/on mid-reply.
         self.speculation_enabled = True
 
@@ -336,91 +353,125 @@ class SpeculativeDecoder:
             rng_draft=np.random.default_rng([seed, 1]),
         )
         try:
-            read_s = self._prefill(prompt, config.max_tokens, cancel)
-        except DecodeAbortedError:
+            self._prefill(prompt, cancel)
+            self.policy.start_reply(len(prompt))
+            reply.t_prompt_s = time.perf_counter() - t_start
+            self.context = reply.context
+            # Trees need a drafter that drafts them and a target with a KV
+            # sequence per leaf; decided once, not every round.
+            trees = self.target.n_seq_max > 1 and isinstance(self.drafter, TreeDrafter)
+            while True:
+                if cancel is not None and cancel.is_set():
+                    yield self._final(reply, StopReason.CANCELLED)
+                    return
+                rnd = self._round(reply, config, cancel, trees)
+                if rnd is None:
+                    yield self._final(reply, StopReason.CONTEXT_FULL)
+                    return
+                self.policy.observe(rnd)
+                yield rnd
+                if rnd.stop is not None:
+                    return
+                reply.index += 1
+        except DecodeAbortedError:  # Stop during the prompt or the drafter's reading of it
             yield self._final(reply, StopReason.CANCELLED)
-            return
-        self.policy.start_reply(len(prompt), read_s is not None, read_s or 0.0)
-        self.last_prefill_s = time.perf_counter() - t_start
-        self.context = reply.context
-        # Trees need a drafter that drafts them and a target with a KV
-        # sequence per leaf; decided once, not every round.
+
+    def _round(
+        self,
+        reply: _Reply,
+        config: GenerationConfig,
+        cancel: threading.Event | None,
+        trees: bool,
+    ) -> Round | None:
+        """One round: plan, draft, verify, commit (None: the context is full)."""
         target = self.target
-        trees = target.n_seq_max > 1 and isinstance(self.drafter, TreeDrafter)
-        while True:
-            if cancel is not None and cancel.is_set():
-                yield self._final(reply, StopReason.CANCELLED)
-                return
-            pending = reply.context[len(target.kv_tokens) :]  # committed, not yet cached
-            room = target.n_ctx - len(target.kv_tokens) - len(pending)  # slots for drafts
-            if room < 0:
-                yield self._final(reply, StopReason.CONTEXT_FULL)
-                return
-            gamma, n_side = self._plan(reply, config.max_tokens, room, len(pending), trees)
-            t0 = time.perf_counter()
-            draft, tree = self._draft(reply, gamma, n_side)
-            t1 = time.perf_counter()
-            if tree is None:
-                verdict = self._verify_chain(reply, pending, draft, gamma)
-            else:
-                verdict = self._verify_tree(reply, pending, tree)
-            t2 = time.perf_counter()
-            new, text, stop = self._commit(reply, verdict, config.max_tokens)
-            rnd = Round(
-                index=reply.index,
-                tokens=tuple(new),
-                text=text,
-                gamma=gamma,
-                n_drafted=verdict.n_drafted,
-                n_accepted=len(verdict.accepted),
-                outcomes=verdict.outcomes,
-                t_draft_s=t1 - t0,
-                t_verify_s=t2 - t1,
-                elapsed_s=time.perf_counter() - t_start,
-                stop=stop,
-                n_draft_synced=draft.n_synced,
-                t_draft_synced_s=draft.t_synced_s,
-                n_side=verdict.n_side,
-                main_outcomes=verdict.main_outcomes,
-                n_catch_up=len(pending) - 1,
-            )
-            self.policy.observe(rnd)
-            yield rnd
-            if stop is not None:
-                return
-            reply.index += 1
+        pending = reply.context[len(target.kv_tokens) :]  # committed, not yet cached
+        room = target.n_ctx - len(target.kv_tokens) - len(pending)  # slots for drafts
+        if room < 0:
+            return None
+        ready = self._read_prompt(reply, config.max_tokens, cancel)
+        gamma, n_side = (
+            self._plan(reply, config.max_tokens, room, len(pending), trees) if ready else (0, 0)
+        )
+        t0 = time.perf_counter()
+        draft, tree = self._draft(reply, gamma, n_side)
+        t1 = time.perf_counter()
+        if tree is None:
+            verdict = self._verify_chain(reply, pending, draft, gamma)
+        else:
+            verdict = self._verify_tree(reply, pending, tree)
+        t2 = time.perf_counter()
+        new, text, stop = self._commit(reply, verdict, config.max_tokens)
+        t_prompt_s, reply.t_prompt_s = reply.t_prompt_s, 0.0
+        return Round(
+            index=reply.index,
+            tokens=tuple(new),
+            text=text,
+            gamma=gamma,
+            n_drafted=verdict.n_drafted,
+            n_accepted=len(verdict.accepted),
+            outcomes=verdict.outcomes,
+            t_draft_s=t1 - t0,
+            t_verify_s=t2 - t1,
+            elapsed_s=time.perf_counter() - reply.t_start,
+            stop=stop,
+            n_draft_synced=draft.n_synced,
+            t_draft_synced_s=draft.t_synced_s,
+            n_side=verdict.n_side,
+            main_outcomes=verdict.main_outcomes,
+            n_catch_up=len(pending) - 1,
+            t_prompt_s=t_prompt_s,
+        )
 
     # -- the steps of a generation
-    def _prefill(
-        self, prompt: list[int], max_tokens: int, cancel: threading.Event | None
-    ) -> float | None:
+    def _prefill(self, prompt: list[int], cancel: threading.Event | None) -> None:
         """Put all of the prompt but its last token in the target's cache
-        (reusing what it already holds); returns the seconds the drafter took
-        to read the prompt too (None: it did not). Stop / Ctrl-C / closing stop a long prompt midway
-        (llama.cpp's abort callback): DecodeAbortedError."""
+        (reusing what it already holds). Stop / Ctrl-C / closing stop a long
+        prompt midway (llama.cpp's abort callback): DecodeAbortedError."""
         target = self.target
         keep = min(len(prompt) - 1, common_prefix_length(target.kv_tokens, prompt))
         target.truncate(keep)
         target.abort = cancel
-        if self.drafter is not None:
-            self.drafter.set_abort(cancel)
         try:
             target.decode(prompt[keep:-1])
-            # Prompt processing includes the drafter's, when it is about to draft
-            # and the policy finds that reading the prompt pays: a draft model
-            # reads the prompt here, not inside the first round.
-            drafter = self.drafter
-            if drafter is None or not self.speculation_enabled:
-                return None
-            if not self.policy.drafts_soon(drafter.behind(prompt), max_tokens):
-                return None
-            t0 = time.perf_counter()
-            drafter.prepare(prompt)
-            return time.perf_counter() - t0
         finally:
             target.abort = None
-            if self.drafter is not None:
-                self.drafter.set_abort(None)
+
+    def _read_prompt(self, reply: _Reply, max_tokens: int, cancel: threading.Event | None) -> bool:
+        """Let the drafter read the prompt where the policy finds it pays; returns
+        whether this round may draft as far as reading goes.
+
+        The first token comes first: a drafter that must decode the prompt
+        (a draft model) reads it after the first round, which decodes plainly,
+        so the time to first token is the target's alone. Its reading is prompt
+        processing all the same (``Round.t_prompt_s``). A drafter that reads
+        for free (prompt lookup), or holds all but a round's usual catch-up
+        (``READ_IN_ROUND_MAX``), may draft in the first round.
+        """
+        drafter = self.drafter
+        if drafter is None or reply.read is not None or not self.speculation_enabled:
+            return True
+        n_read = drafter.behind(reply.context)
+        if n_read > READ_IN_ROUND_MAX and reply.index == 0:
+            return False
+        remaining = max_tokens - reply.n_generated
+        if remaining < 2:  # a draft needs a token of the target's after it: none to draft
+            return True
+        reply.read = self.policy.decide_reading(n_read, remaining)
+        if not reply.read:
+            return True  # the policy knows it sits this reply out
+        t0 = time.perf_counter()
+        drafter.set_abort(cancel)
+        try:
+            # All but the last token: the first draft decodes that one for its
+            # logits, as every round's catch-up does.
+            drafter.prepare(reply.context[:-1])
+        finally:
+            drafter.set_abort(None)
+        seconds = time.perf_counter() - t0
+        self.policy.observe_reading(n_read, seconds)
+        reply.t_prompt_s += seconds
+        return True
 
     def _plan(
         self, reply: _Reply, max_tokens: int, room: int, n_pending: int, trees: bool

@@ -9,7 +9,9 @@ from every round's timings. ``AcceptanceModel`` holds per-position acceptance
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +19,8 @@ import numpy as np
 COST_WEIGHT = 0.1
 ACCEPT_WEIGHT = 0.15
 PRIOR_WEIGHT = 0.25  # the acceptance prior, in observations
+# CostModel's figures besides the t(k) curve that a stored calibration keeps.
+_STORED_RATIOS = ("draft_ratio", "draft_extra_ratio", "catch_up_ratio")
 
 
 class CostModel:
@@ -72,6 +76,39 @@ class CostModel:
         other.catch_up_ratio = self.catch_up_ratio
         other.draft_extra_ratio = self.draft_extra_ratio
         return other
+
+    def to_json(self) -> dict[str, Any]:
+        """What was measured, to start the next load from (``CostStore``)."""
+        return {
+            "k_max": self.k_max,
+            "t1": self.t1,
+            "ratio": {str(k): float(self.ratio[k]) for k in np.flatnonzero(self._seen)},
+            **{key: getattr(self, key) for key in _STORED_RATIOS},
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], k_max: int) -> CostModel | None:
+        """The costs ``to_json`` kept, for a model of ``k_max`` batch sizes;
+        None where they do not cover them or are not sound numbers."""
+        try:
+            t1 = float(d["t1"])
+            ratio = {int(k): float(v) for k, v in dict(d["ratio"]).items()}
+            extra = [float(d.get(key, 0.0)) for key in _STORED_RATIOS]
+        except (KeyError, TypeError, ValueError):
+            return None
+        values = [t1, *ratio.values(), *extra]
+        if not ratio or max(ratio) < k_max or not all(math.isfinite(v) and v >= 0 for v in values):
+            return None
+        if t1 <= 0:
+            return None
+        costs = cls(k_max)
+        costs.set_target(1, t1)
+        for k, r in sorted(ratio.items()):
+            if 1 < k <= k_max and r > 0:
+                costs.set_target(k, r * t1)
+        costs.draft_ratio, costs.draft_extra_ratio, costs.catch_up_ratio = extra
+        costs._draft_seen = 1  # the stored figure weighs as one calibration
+        return costs
 
     def set_target(self, k: int, seconds: float) -> None:
         """Set t_target(k) outright (calibration: k = 1 first)."""

@@ -15,9 +15,14 @@ verification batch size 1..k_max, batched against single-token logits, and
 the speed of both. A child that dies by a signal, hangs or fails marks the
 configuration it was running unusable; the survivors are compared.
 
-The verdict is cached per (model file, llama.cpp build, CPU, threads, GPU
-layers), so the probe runs once (a few seconds for small models) and again
-only when one of those changes.
+The answer depends on weight types, shapes and the CPU, not on depth or on
+the weights' values. So the probe runs on a miniature of the model where one
+is much smaller (``gambit.formats.probe_model``: the same tensors, a few of
+the blocks): a few seconds whatever the model's size (a 1.8 GB target took
+33 s probed whole). The verdict is cached per llama.cpp build, CPU, threads
+and GPU layers, under the model file and under its layout: the probe runs
+once per layout (a fine-tune, another chat template or a cost-scaled copy
+shares it) and again only when one of those changes.
 
 - ``KernelVerdict.exact()``: the fastest configuration whose batched logits
   equal the single-token ones, so greedy speculation reproduces plain
@@ -35,16 +40,21 @@ import json
 import logging
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+
+from gambit.errors import GambitError
+from gambit.formats.probe_model import layout_digest, write_probe_model
+from gambit.fsutil import remove_stale, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +107,8 @@ CANDIDATES: tuple[KernelConfig, ...] = (
 PROBE_CONTEXT = 300  # tokens: past 256, where llama.cpp's attention kernels change
 # A configuration must be this much faster than EXACT to be preferred to it.
 SPEED_MARGIN = 0.05
+# Rows of the largest batch compared with single-token decodes.
+COMPARED_ROWS = 9
 PROBE_TIMEOUT_S = 120.0  # per configuration, for the largest models; small ones take ~1 s
 
 
@@ -136,6 +148,8 @@ class ProbeResult:
 class KernelVerdict:
     results: tuple[ProbeResult, ...]
     probed_at: float = field(default_factory=time.time)
+    # What ran: "" for the model itself, else its miniature ("8 of 120 blocks").
+    probed_on: str = ""
 
     def result(self, config: KernelConfig) -> ProbeResult | None:
         return next((r for r in self.results if r.config == config), None)
@@ -172,13 +186,18 @@ class KernelVerdict:
         return best.config
 
     def to_json(self) -> dict[str, Any]:
-        return {"probed_at": self.probed_at, "results": [r.to_json() for r in self.results]}
+        return {
+            "probed_at": self.probed_at,
+            "probed_on": self.probed_on,
+            "results": [r.to_json() for r in self.results],
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> KernelVerdict:
         return cls(
             results=tuple(ProbeResult.from_json(r) for r in d["results"]),
             probed_at=float(d.get("probed_at", 0.0)),
+            probed_on=str(d.get("probed_on", "")),
         )
 
 
@@ -189,21 +208,24 @@ class KernelChoice:
     config: KernelConfig
     wanted: Literal["exact", "fast"]
     verdict: KernelVerdict | None  # None: not probed (the configuration was given)
+    not_probed: str = "not probed"  # why, where there is no verdict
 
     def describe(self) -> str:
         """One line for the stats panel, ``--about`` and the CLI."""
         text = self.config.describe()
         if self.verdict is None:
-            return f"{text} (not probed)"
+            return f"{text} ({self.not_probed})"
         r = self.verdict.result(self.config)
         if r is None:
             return text
         if r.batch_invariant:
             exactness = "batch-invariant: greedy output as plain decoding"
         else:
+            on = f" on {self.verdict.probed_on}" if self.verdict.probed_on else ""
+            rows = min(r.k_max, COMPARED_ROWS)
             exactness = (
                 f"not batch-invariant (logits differ by up to {r.max_diff:.2g}; "
-                f"{r.argmax_flips} greedy flip(s) of {r.k_max} in the probe)"
+                f"{r.argmax_flips} greedy flip(s) of {rows} in the probe{on})"
             )
         refused = [x for x in self.verdict.results if not x.ok]
         skipped = "; unusable here: " + ", ".join(
@@ -266,39 +288,60 @@ class KernelProbe:
         k_max: int = 9,
         configs: Sequence[KernelConfig] = CANDIDATES,
     ) -> KernelVerdict:
-        key = self._key(model, n_threads, n_gpu_layers, k_max)
-        memo = f"{key} {self.command}"
+        """The verdict for ``model`` here: as found before for this file, or for
+        another of the same layout (``layout_digest``); else probed now."""
+        keys = self._keys(model, n_threads, n_gpu_layers, k_max)
         with self._lock:
-            cached = self._memory.get(memo)
-            on_disk = self._load(key)
-            if cached is None and on_disk is None:
+            found = self._lookup(keys)
+            if found is None:
                 log.info("probing llama.cpp kernels for %s", model.name)
-                cached = self._probe(model, n_threads, n_gpu_layers, k_max, configs)
-            cached = cached or on_disk
-            assert cached is not None
-            if on_disk is None:
-                self._store(key, cached)
-            self._memory[memo] = cached
-            return cached
+                found = self._probe(model, n_threads, n_gpu_layers, k_max, configs)
+            self._remember(keys, found)
+            return found
 
     def cached(
         self, model: Path, n_threads: int, n_gpu_layers: int = 0, k_max: int = 9
     ) -> KernelVerdict | None:
-        """The verdict an earlier probe found for this model and machine, or None.
-        Never probes: for estimates that must not cost the user a wait."""
-        key = self._key(model, n_threads, n_gpu_layers, k_max)
+        """The verdict an earlier probe found for this model (or its layout) and
+        machine, or None. Never probes: for estimates that must not cost a wait."""
+        keys = self._keys(model, n_threads, n_gpu_layers, k_max)
         with self._lock:
-            return self._memory.get(f"{key} {self.command}") or self._load(key)
+            return self._lookup(keys)
 
     # ---------------------------------------------------------------- the cache
     @staticmethod
-    def _key(model: Path, n_threads: int, n_gpu_layers: int, k_max: int) -> str:
+    def _keys(model: Path, n_threads: int, n_gpu_layers: int, k_max: int) -> list[str]:
+        """Where a verdict is kept: by the file, and by its layout (when its
+        header can be read; ModelRuntime says what is wrong otherwise)."""
         st = model.stat()
-        parts = [
-            str(model.resolve()), str(st.st_size), str(st.st_mtime_ns),
-            build_id(), cpu_id(), str(n_threads), str(n_gpu_layers), str(k_max),
-        ]  # fmt: skip
-        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+        machine = [build_id(), cpu_id(), str(n_threads), str(n_gpu_layers), str(k_max)]
+        wheres = [[str(model.resolve()), str(st.st_size), str(st.st_mtime_ns)]]
+        with contextlib.suppress(GambitError, OSError, ValueError):
+            wheres.append(["layout", layout_digest(model)])
+        return [hashlib.sha256("\n".join(w + machine).encode()).hexdigest() for w in wheres]
+
+    def _lookup(self, keys: Sequence[str]) -> KernelVerdict | None:
+        on_disk = self._read_all()
+        for key in keys:
+            found = self._memory.get(f"{key} {self.command}") or _verdict_of(on_disk.get(key))
+            if found is not None:
+                return found
+        return None
+
+    def _remember(self, keys: Sequence[str], verdict: KernelVerdict) -> None:
+        for key in keys:
+            self._memory[f"{key} {self.command}"] = verdict
+        path = self._file()
+        if path is None:
+            return
+        data = self._read_all()
+        if all(key in data for key in keys):
+            return
+        data.update({key: verdict.to_json() for key in keys})
+        try:
+            write_atomic(path, json.dumps(data, indent=1))
+        except OSError as exc:  # a full disk costs a re-probe next time, nothing more
+            log.warning("could not save the kernel verdict to %s: %s", path, exc)
 
     def _file(self) -> Path | None:
         return self.cache_dir / "kernels.json" if self.cache_dir is not None else None
@@ -314,32 +357,6 @@ class KernelProbe:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def _load(self, key: str) -> KernelVerdict | None:
-        entry = self._read_all().get(key)
-        if not isinstance(entry, dict):
-            return None
-        try:
-            return KernelVerdict.from_json(entry)
-        except (KeyError, TypeError, ValueError):
-            return None
-
-    def _store(self, key: str, verdict: KernelVerdict) -> None:
-        path = self._file()
-        if path is None:
-            return
-        data = self._read_all()
-        data[key] = verdict.to_json()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kernels-", suffix=".json")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1)
-            os.replace(tmp, path)
-        except OSError as exc:  # a full disk costs a re-probe next time, nothing more
-            log.warning("could not save the kernel verdict to %s: %s", path, exc)
-            with contextlib.suppress(OSError, UnboundLocalError):
-                os.unlink(tmp)
-
     # ---------------------------------------------------------------- the probe
     def _probe(
         self,
@@ -351,7 +368,42 @@ class KernelProbe:
     ) -> KernelVerdict:
         """Every configuration, in as few children as crashes allow: one child
         runs them in turn, announcing each before it starts, so when it dies
-        the culprit is known and a new child goes on with the rest."""
+        the culprit is known and a new child goes on with the rest. They run
+        the model's miniature where there is one (``_stand_in``)."""
+        with self._stand_in(model) as (probed, probed_on):
+            results = self._probe_file(probed, n_threads, n_gpu_layers, k_max, configs)
+        return KernelVerdict(tuple(results[c] for c in configs), probed_on=probed_on)
+
+    @contextlib.contextmanager
+    def _stand_in(self, model: Path) -> Iterator[tuple[Path, str]]:
+        """(the file to probe, what it is): a miniature of ``model`` written for
+        the probe and removed after it, or the model itself where a miniature
+        would not be much smaller or cannot be written (a full disk, a layout
+        it cannot copy: the probe then takes longer, nothing worse)."""
+        folder = (self.cache_dir or Path(tempfile.gettempdir())) / "probe-models"
+        remove_stale(folder, _STAND_IN_NAME)  # left by a probing process that was killed
+        dst = folder / f"{model.stem[:64]}.{os.getpid()}-{threading.get_ident()}.probe.gguf"
+        try:
+            written = write_probe_model(model, dst)
+        except (GambitError, OSError, ValueError) as exc:
+            log.info("probing %s whole: no miniature (%s)", model.name, exc)
+            written = None
+        if written is None:
+            yield model, ""
+            return
+        try:
+            yield written.path, written.describe()
+        finally:
+            written.path.unlink(missing_ok=True)
+
+    def _probe_file(
+        self,
+        model: Path,
+        n_threads: int,
+        n_gpu_layers: int,
+        k_max: int,
+        configs: Sequence[KernelConfig],
+    ) -> dict[KernelConfig, ProbeResult]:
         results: dict[KernelConfig, ProbeResult] = {}
         remaining = list(configs)
         while remaining:
@@ -363,7 +415,7 @@ class KernelProbe:
                 for c in remaining:
                     results.setdefault(c, ProbeResult(c, ok=False, error=error))
             remaining = [c for c in remaining if c not in results]
-        return KernelVerdict(tuple(results[c] for c in configs))
+        return results
 
     def _run_child(
         self,
@@ -409,6 +461,18 @@ class KernelProbe:
         if started is None and not done:
             log.warning("kernel probe failed before any configuration: %s", why)
         return done, started, why
+
+
+def _verdict_of(entry: object) -> KernelVerdict | None:
+    if not isinstance(entry, dict):
+        return None
+    try:
+        return KernelVerdict.from_json(entry)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+_STAND_IN_NAME = re.compile(r".+\.(?P<pid>\d+)-\d+\.probe\.gguf")
 
 
 def _exit_reason(rc: int) -> str:
@@ -469,9 +533,12 @@ def measure(
             batched = rt.logits_rows(rows).copy()
             tk = min(tk, time.perf_counter() - t0)
             rt.truncate(len(context))
+        # The batch's first rows against the same tokens decoded one at a time
+        # (a kernel that rounds differently in a batch does so from row 0).
+        batched = batched[:COMPARED_ROWS]
         single = np.empty_like(batched)
         t1 = float("inf")
-        for i, tok in enumerate(batch):
+        for i, tok in enumerate(batch[:COMPARED_ROWS]):
             t0 = time.perf_counter()
             rt.decode([tok])
             single[i] = rt.logits(-1)

@@ -4,11 +4,11 @@ figure Gambit shows is defined. The reply footer, the statistics panel, the
 numbers (and their formatting) from here.
 
 - tokens_per_s (a reply's rate): reply tokens / generation time. Generation
-  time is the wall time from the end of prompt processing to the end of the
-  last round. Prompt processing (the target's and, when the first rounds
-  draft, the drafter's: a draft model reads the prompt then) does not count
-  here; it counts in ttft_ms. The same figure while a reply streams (so far)
-  and at its end.
+  time is the wall time of the reply less its prompt processing: the
+  target's, before the first token, and a draft model's reading of the
+  prompt, after the first token (``Round.t_prompt_s``). Prompt processing
+  counts in ttft_ms (the target's) and in end-to-end rates. The same
+  figure while a reply streams (so far) and at its end.
 - baseline_tokens_per_s: plain decoding's rate for this target on this
   machine, with these settings: 1 / t_target(1), the time of one plain step
   (decode one token, pick it). Measured when the models load (the controller's
@@ -79,6 +79,7 @@ class GenerationStats:
     _last_emit: float | None = None
 
     def add(self, rnd: Round) -> None:
+        self.prefill_s += rnd.t_prompt_s
         self.n_rounds += 1 if rnd.tokens else 0
         self.n_drafted += rnd.n_drafted
         self.n_accepted += rnd.n_accepted
@@ -225,6 +226,9 @@ class MetricsSnapshot:
     side_nodes: int = 0  # side nodes the controller chose next to the chain of γ
     n_side: int = 0  # side nodes drafted in this reply
     side_gain: int = 0  # draft tokens accepted thanks to side nodes in this reply
+    # Set when other programs kept the cores busy while the reply was timed
+    # (gambit.engine.busy): "other programs used 1.0 of 2 cores".
+    busy: str | None = None
 
     @property
     def tokens_per_round(self) -> float:
@@ -251,11 +255,6 @@ class MetricsTracker:
         if rnd.n_drafted:
             self._drafts.append((rnd.n_drafted, rnd.n_accepted))
 
-    def set_prefill(self, seconds: float) -> None:
-        """The reply's prompt processing time (``SpeculativeDecoder.last_prefill_s``):
-        generation time, and so tokens_per_s, leaves it out."""
-        self.stats.prefill_s = seconds
-
     def snapshot(
         self,
         baseline_tokens_per_s: float,
@@ -264,8 +263,10 @@ class MetricsTracker:
         *,
         tree: bool = False,
         side_nodes: int = 0,
+        busy: str | None = None,
     ) -> MetricsSnapshot:
-        """``gamma``/``gamma_reason``/``side_nodes``: the controller's current decision."""
+        """``gamma``/``gamma_reason``/``side_nodes``: the controller's current
+        decision; ``busy``: how busy other programs kept the machine, if they did."""
         s = self.stats
         w = list(self._window)
         rolling_tps = s.tokens_per_s
@@ -302,4 +303,5 @@ class MetricsTracker:
             side_nodes=side_nodes,
             n_side=s.n_side,
             side_gain=s.side_gain,
+            busy=busy,
         )

@@ -180,15 +180,15 @@ class ModelRuntime:
 
     def __init__(self, path: str | os.PathLike[str], options: RuntimeOptions | None = None):
         self._init_state(path, options or RuntimeOptions())
-        check_model_file(self.path)
+        self.tokenizer_digest = check_model_file(self.path).tokenizer_digest
         ensure_backend()
         self._load(self.options)
 
     def _init_state(self, path: str | os.PathLike[str], options: RuntimeOptions) -> None:
-        """The fields every runtime has before a model is loaded (also
-        ``HostedRuntime``'s, whose model loads in another process)."""
+        """Every runtime's fields before a model loads (``HostedRuntime``'s too)."""
         self.path = Path(path)
         self.options = options
+        self.tokenizer_digest = ""  # GGUFHeader's: equal digests, the same token texts
         self.kv_tokens: list[int] = []
         # Time spent inside llama.cpp (decode and the logits fetch, which
         # synchronises with the backend): the rest of the wall time is ours.

@@ -16,10 +16,16 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from gambit.engine.calibration import calibrate
+from gambit.engine.calibration import CostStore, calibrate
 from gambit.engine.chat import ChatPromptBuilder, Message
-from gambit.engine.controller import GammaController, PolicyMode
+from gambit.engine.controller import (
+    DEFAULT_GAMMA,
+    DEFAULT_GAMMA_MAX,
+    GammaController,
+    PolicyMode,
+)
 from gambit.engine.decoder import GenerationConfig, Round, SpeculativeDecoder, StopReason
+from gambit.engine.devices import gpu_devices
 from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.registry import (
     TREE_DRAFTERS,
@@ -28,13 +34,14 @@ from gambit.engine.drafters.registry import (
     spec,
 )
 from gambit.engine.estimates import CostModel
-from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe
+from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe, implied_kernels
 from gambit.engine.placement import TargetPlacement
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
 from gambit.engine.target_host import HostedRuntime, open_target
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.engine.tokens import common_prefix_length
 from gambit.errors import ModelFileError
+from gambit.formats.gguf_file import read_header
 
 if TYPE_CHECKING:
     from gambit.formats.layerskip_file import LayerSkipInfo
@@ -66,15 +73,16 @@ class EngineConfig:
     target_options: RuntimeOptions = field(default_factory=RuntimeOptions)
     draft_options: RuntimeOptions | None = None  # default: the target's
     policy: PolicyMode = "adaptive"
-    gamma: int = 4  # draft length of the "fixed" policy
-    gamma_max: int = 8  # the most the "adaptive" policy drafts
+    gamma: int = DEFAULT_GAMMA  # draft length of the "fixed" policy
+    gamma_max: int = DEFAULT_GAMMA_MAX  # the most the "adaptive" policy drafts
     lookup_ngram_max: int = 3
     # Token trees: draft a main chain plus side candidates, verified in one
     # batch; tree_nodes bounds the draft tokens of a round (chain and side).
     tree: bool = False
     tree_nodes: int = 8
     fixed_side: int = 0  # side nodes of the "fixed" policy, with tree=True
-    # Where kernel probe verdicts are kept (None: in this process only).
+    # Where kernel probe verdicts and measured costs are kept (None: in this
+    # process only; costs are then calibrated at every load).
     kernel_cache: Path | None = None
 
     def __post_init__(self) -> None:
@@ -103,10 +111,27 @@ def _choose_kernels(
     wanted = wanted or ("exact" if options.strict_batch_invariance else "fast")
     if options.kernels is not None or not model.is_file():  # (ModelRuntime says what is wrong)
         return options, KernelChoice(options.kernels or EXACT, wanted, None)
+    if not options.rpc_workers and _all_layers_on_gpu(model, options):
+        # CPU kernel configurations cannot matter where no layer runs on this CPU.
+        config = implied_kernels(wanted == "exact")
+        why = "not probed: no layer runs on this CPU"
+        return dataclasses.replace(options, kernels=config), KernelChoice(config, wanted, None, why)
     threads = options.n_threads or default_threads()
     verdict = probe.verdict(model, threads, options.n_gpu_layers, k_max)
     config = verdict.exact() if wanted == "exact" else verdict.fastest()
     return dataclasses.replace(options, kernels=config), KernelChoice(config, wanted, verdict)
+
+
+def _all_layers_on_gpu(model: Path, options: RuntimeOptions) -> bool:
+    """Whether every layer of ``model`` is offloaded to a GPU of this machine."""
+    if options.n_gpu_layers == 0 or not gpu_devices():
+        return False
+    if options.n_gpu_layers < 0:
+        return True
+    header = read_header(model)
+    blocks = header.metadata.get(f"{header.architecture}.block_count")
+    # llama.cpp counts the output layer as one more to offload.
+    return isinstance(blocks, int) and options.n_gpu_layers >= blocks + 1
 
 
 class Engine:
@@ -119,6 +144,7 @@ class Engine:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        self._ready = False
         target_options = config.target_options
         if self.tree:
             # One KV sequence per tree leaf: at most one per side node, plus the main chain's.
@@ -150,10 +176,13 @@ class Engine:
             self.close()
             raise
         self.drafter = drafter
+        # A target on workers is left out: its costs are the network's of the day.
+        self._cost_store = CostStore(config.kernel_cache if self.placement is None else None)
         self.costs = self.measure_costs()
         self.controller = self.new_controller(config.policy)
         self.decoder = SpeculativeDecoder(self.target, drafter, self.controller)
         self._chat: ChatPromptBuilder | None = None
+        self._ready = True
 
     def _load_draft(self, probe: KernelProbe) -> ModelRuntime:
         """The draft model's runtime, for a drafter that loads one."""
@@ -199,22 +228,42 @@ class Engine:
         return total
 
     def measure_costs(self) -> CostModel:
-        """Calibrate t_target(k) and the draft step on this machine (well under a
-        second for small models); skipped without a drafter, where rounds
+        """t_target(k) and the draft step on this machine: as the last session
+        with this pair left them (``CostStore``), else calibrated now (a second
+        or so for small models); nothing without a drafter, where rounds
         themselves measure t_target(1)."""
         k_max = self.node_max + 1
         if self.drafter is None:
             return CostModel(k_max)
-        return calibrate(self.target, self.draft_runtime, k_max)
+        key = CostStore.key(self.target, self.draft_runtime, k_max)
+        kept = self._cost_store.load(key, k_max)
+        if kept is not None:
+            return kept
+        costs = calibrate(self.target, self.draft_runtime, k_max)
+        self._cost_store.save(key, costs)
+        return costs
+
+    def keep_costs(self) -> None:
+        """Keep what the controller has measured for the next load of this pair."""
+        if self.drafter is not None:
+            k_max = self.node_max + 1
+            key = CostStore.key(self.target, self.draft_runtime, k_max)
+            self._cost_store.save(key, self.controller.costs)
 
     def new_controller(
-        self, mode: PolicyMode, fixed_gamma: int | None = None, fixed_side: int | None = None
+        self,
+        mode: PolicyMode,
+        fixed_gamma: int | None = None,
+        fixed_side: int | None = None,
+        *,
+        chain: bool = False,
     ) -> GammaController:
-        """A controller starting from this engine's calibration (and nothing learned)."""
+        """A controller starting from this engine's calibration (and nothing
+        learned); ``chain``: drafting chains only, even where trees could be."""
         costs = self.costs.copy()
         if spec(self.config.drafter).free:
             costs.t_draft = 0.0  # (prompt lookup: a dictionary look-up next to a decode)
-        tree = self.tree
+        tree = self.tree and not chain
         side = self.config.fixed_side if fixed_side is None else fixed_side
         return GammaController(
             costs,
@@ -324,6 +373,8 @@ class Engine:
                 hosted.cancel = None
 
     def close(self) -> None:
+        if self._ready:  # (not when a load failed half-way: nothing was measured)
+            self.keep_costs()
         if self.draft_runtime is not None:
             self.draft_runtime.close()
         self.target.close()

@@ -130,6 +130,7 @@ class HostedRuntime(ModelRuntime):
         self._conn: Connection | None = None
         self._lost: WorkerLostError | None = None
         header = check_model_file(self.path)
+        self.tokenizer_digest = header.tokenizer_digest
         # A failed connect inside llama.cpp would end the process: ask first.
         self._workers = [rpc.probe(endpoint) for endpoint in options.rpc_workers]
         self._load_vocab()

@@ -48,6 +48,8 @@ def check_compatible(target: ModelRuntime, draft: ModelRuntime) -> None:
             f"({draft.n_vocab:,} vs {target.n_vocab:,} tokens; at most "
             f"{VOCAB_MAX_SIZE_DIFFERENCE} allowed)"
         )
+    if target.tokenizer_digest and target.tokenizer_digest == draft.tokenizer_digest:
+        return  # the same tokenizer model, pre-tokenizer and token texts (GGUF headers)
     for i in range(VOCAB_CHECK_START_TOKEN_ID, min(target.n_vocab, draft.n_vocab)):
         t_tgt, t_dft = target.token_text(i), draft.token_text(i)
         if t_tgt != t_dft:
