@@ -11,7 +11,8 @@
 #   pip wheel -w wheels -e . && CMAKE_ARGS=-DGGML_CUDA=on pip wheel -w wheels llama-cpp-python==0.3.36
 # and pass the model file (default: the embedded SmolLM2, fetched when online).
 # Environment: PER_SUITE (prompts per suite, default 3), TARGETS (default
-# F16,F32,Q8_0), DRAFTERS (default draft,lookup,layerskip), MAX_TOKENS (128).
+# F32x4,F16x4,F16,F32,Q8_0: the cost-scaled realistic pairs first, then the toy
+# ones), DRAFTERS (default draft,lookup,layerskip), MAX_TOKENS (128).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=bench-out/gpu
@@ -31,10 +32,11 @@ echo "building llama-cpp-python with $CMAKE_ARGS (several minutes)..."
 pip install "${pip_args[@]}" --no-binary llama-cpp-python -e .
 
 python - <<'PY'
-import llama_cpp as ll
-if not ll.llama_supports_gpu_offload():
-    raise SystemExit("this llama-cpp-python build cannot offload to a GPU: check CMAKE_ARGS and CUDA")
-print("GPU offload: yes")
+from gambit.engine.backend import detect_backend
+backend = detect_backend()
+if not backend.devices:
+    raise SystemExit("llama.cpp sees no GPU here: check CMAKE_ARGS, CUDA and the driver")
+print("GPU offload:", ", ".join(backend.devices))
 PY
 
 export GAMBIT_HOME="${GAMBIT_HOME:-$PWD/$out/home}"
@@ -45,5 +47,5 @@ fi
 gambit-cli bench --regimes "${model_args[@]}" --gpu-layers -1 \
     --threads "$(nproc)" \
     --per-suite "${PER_SUITE:-3}" --max-tokens "${MAX_TOKENS:-128}" \
-    --targets "${TARGETS:-F16,F32,Q8_0}" --drafters "${DRAFTERS:-draft,lookup,layerskip}" \
+    --targets "${TARGETS:-F32x4,F16x4,F16,F32,Q8_0}" --drafters "${DRAFTERS:-draft,lookup,layerskip}" \
     --out "$out"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gambit.bench_parts import time_parts
+from gambit.bench.parts import time_parts
 from gambit.engine.runtime import ModelRuntime
 
 

@@ -7,18 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from gambit.bench import TARGET_ONLY
-from gambit.bench_regimes import (
-    Cell,
-    cell_figures,
-    cost_bound,
-    fixed_mode,
-    markdown_table,
-    pick_prompts,
-    regime_of,
-)
+from gambit.bench.costs import cost_bound, regime_of
+from gambit.bench.regimes import Cell, cell_figures, fixed_mode, pair_modes, pick_prompts
+from gambit.bench.regimes_report import markdown_table
+from gambit.bench.runner import TARGET_ONLY
+from gambit.bench.targets import TargetSpec, parse_targets
 from gambit.engine.estimates import CostModel
 from gambit.engine.metrics import GenerationStats
+from gambit.errors import GambitError
 
 
 def costs(slope: float, draft_ratio: float, t1: float = 0.010) -> CostModel:
@@ -144,3 +140,42 @@ def test_end_to_end_counts_the_prompt_reading_fixed_policies_always_pay() -> Non
     assert f["best_fixed_end_to_end"] == pytest.approx(1.5 / 1.8)
     assert f["adaptive_end_to_end"] == pytest.approx(1.0)
     assert f["adaptive_vs_best_fixed_end_to_end"] == pytest.approx(1.8 / 1.5)
+
+
+def test_targets_name_their_type_and_how_many_times_their_blocks() -> None:
+    assert parse_targets("F32x4, f16x3,Q8_0") == (
+        TargetSpec("F32", 4), TargetSpec("F16", 3), TargetSpec("Q8_0"),
+    )  # fmt: skip
+    assert TargetSpec("F32", 4).name == "F32x4" and TargetSpec("F32", 4).scaled
+    assert TargetSpec("F32", 4).label() == "F32 ×4 (cost-scaled)"
+    assert TargetSpec("Q8_0").name == "Q8_0" and not TargetSpec("Q8_0").scaled
+    for bad in ("Q4_K", "F32x1", "F32x99", "F32x", ","):
+        with pytest.raises(GambitError):
+            parse_targets(bad)
+
+
+def test_scaled_rows_offer_long_chains_and_trees() -> None:
+    toy = pair_modes(TargetSpec("F16"), "draft")
+    assert toy == [TARGET_ONLY, "adaptive", "fixed=1", "fixed=2", "fixed=4", "fixed=8"]
+    scaled = pair_modes(TargetSpec("F32", 4), "draft")
+    assert scaled[:2] == [TARGET_ONLY, "adaptive"]
+    assert {"fixed=12", "fixed=16", "fixed=6+2", "fixed=12+4"} <= set(scaled)
+
+
+def test_the_bound_covers_the_longest_chain_and_ttft_is_compared() -> None:
+    cell = Cell()
+    plain = _stats(100, 1.0)
+    plain.ttft_s = 0.5
+    cell.totals[TARGET_ONLY].add(plain)
+    adaptive = _stats(100, 0.5)
+    adaptive.ttft_s = 0.55
+    cell.totals["adaptive"].add(adaptive)
+    cell.totals[fixed_mode(16)].add(_stats(100, 0.4, (True,) * 16))
+    cell.totals[fixed_mode(12, 4)].add(_stats(100, 0.45))
+    c = CostModel(17)
+    for k in range(1, 18):
+        c.set_target(k, 0.010)  # free batches, a free drafter: every position pays
+    f = cell_figures(cell, c)
+    assert f["bound_gamma_max"] == 16 and f["bound"] == pytest.approx(17.0)
+    assert f["ttft_ratio"] == pytest.approx(1.1)
+    assert f["best_fixed"] == "fixed=16"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gambit.bench.measure import DRAFTER_LABELS
 from gambit.cli.main import build_parser, chosen_drafter
 from gambit.engine.drafters.registry import (
     DRAFTERS,
@@ -23,7 +24,6 @@ from gambit.engine.drafters.registry import (
 )
 from gambit.engine.session import EngineConfig
 from gambit.errors import ModelFileError
-from gambit.measure import DRAFTER_LABELS
 from gambit.models.drafter_files import DERIVATIONS, DraftFile, resolve_drafter_file
 from gambit.storage.settings import Settings
 

@@ -116,6 +116,9 @@ def test_a_recommendation_becomes_settings(tmp_path: Path) -> None:
     missing = {**report, "draft": str(tmp_path / "gone.gguf")}
     with pytest.raises(GambitError, match="cannot be applied: Draft model file not found"):
         measurements.recommended_settings(base, missing)
+    thin = _report("Not enough evidence yet: measure more turns", "t", off=True, apply=False)
+    with pytest.raises(GambitError, match="nothing to apply: Not enough evidence yet"):
+        measurements.recommended_settings(base, thin)
 
 
 def test_measurements_saved_in_one_millisecond_list_in_order(tmp_path: Path) -> None:

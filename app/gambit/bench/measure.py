@@ -11,6 +11,13 @@ report uses bench's JSON schema (extended, see docs/measure.md).
 
 Replies are greedy (temperature 0), so that each speculative reply can be
 compared token for token with the target's own: the greedy divergence rate.
+
+Figures know their noise. Target-only runs twice on every turn, apart in the
+rotation; how far the two runs' rates differ is the noise floor that a gain
+must clear before it is recommended ("not enough evidence yet" otherwise),
+and every replay notes whether other programs kept the cores busy meanwhile
+(``gambit.engine.busy``). A configuration that had no draft token accepted
+cannot have gained anything: it claims no speedup (None, shown "—").
 Cancel stops at the next round (and a long prompt midway, through llama.cpp's
 abort callback); nothing here writes anywhere.
 """
@@ -19,6 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
+import statistics
 import threading
 import time
 from collections import Counter, defaultdict
@@ -26,8 +35,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gambit.bench import TARGET_ONLY, ModeTotals
-from gambit.bench_regimes import CALIBRATION_CONTEXT, cost_summary
+from gambit.bench.costs import CALIBRATION_CONTEXT, cost_summary
+from gambit.bench.measure_report import recommend, regime_sentence, turn_kind
+from gambit.bench.runner import TARGET_ONLY, ModeTotals
+from gambit.engine.busy import LoadMeter, LoadReading
 from gambit.engine.calibration import calibrate
 from gambit.engine.chat import Message
 from gambit.engine.controller import GammaController
@@ -47,7 +58,6 @@ from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, most_draft_tokens
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.errors import ContextOverflowError, GambitError
-from gambit.measure_report import recommend, regime_sentence, turn_kind
 from gambit.storage.history_turns import HistoryTurn
 
 SCHEMA = "gambit-bench/2"  # bench's report, extended (docs/measure.md)
@@ -94,6 +104,9 @@ class MeasureConfig:
         }
 
 
+# Target-only's second run of each turn, apart in the rotation: its difference
+# from the first is the noise a gain must clear (folded into target-only's figures).
+TARGET_ONLY_AGAIN = "target-only again"
 # What target-only is, in the report's list of modes (the baseline: never drafts).
 TARGET_ONLY_MODE: dict[str, Any] = {
     "name": TARGET_ONLY, "label": "target only", "drafter": None,
@@ -226,8 +239,9 @@ class _Replayer:
 
     def run(
         self, decoder: SpeculativeDecoder, prompt: list[int], config: GenerationConfig
-    ) -> tuple[GenerationStats, list[int]]:
-        """One replay from a cold cache; its stats and reply tokens."""
+    ) -> tuple[GenerationStats, list[int], LoadReading]:
+        """One replay from a cold cache; its stats, reply tokens, and how busy
+        other programs kept the machine meanwhile."""
         if self.cancel is not None and self.cancel.is_set():
             raise _CancelledError
         engine = self.engine
@@ -237,14 +251,14 @@ class _Replayer:
         d0 = engine.decode_seconds
         stats = GenerationStats()
         tokens: list[int] = []
+        load = LoadMeter()
         for rnd in decoder.generate(prompt, config, self.cancel):
             if rnd.stop is StopReason.CANCELLED:
                 raise _CancelledError
             stats.add(rnd)
             tokens.extend(rnd.tokens)
-        stats.prefill_s = decoder.last_prefill_s
         stats.decode_s = engine.decode_seconds - d0
-        return stats, tokens
+        return stats, tokens, load.read()
 
     def reset(self) -> None:
         """Leave the engine as a fresh load would: empty caches, no remembered chat."""
@@ -270,6 +284,40 @@ class _Tally:
     diverged: Counter[str] = dataclasses.field(default_factory=Counter)
     turns: int = 0
     skipped: int = 0
+    # Per turn, the two target-only runs' (tokens, generation seconds).
+    baselines: list[tuple[tuple[int, float], tuple[int, float]]] = dataclasses.field(
+        default_factory=list
+    )
+    replays: int = 0
+    busy_replays: int = 0  # replays timed while other programs kept the cores busy
+    other_cores: float = 0.0  # summed over the replays: their mean is the load
+
+    def add_replay(
+        self, conversation: int, kind: str, mode: str, stats: GenerationStats, load: LoadReading
+    ) -> None:
+        """One replay's figures, in its kind's suite, ALL and its conversation."""
+        key = TARGET_ONLY if mode == TARGET_ONLY_AGAIN else mode  # both make the baseline
+        for by_mode in (self.suites[kind], self.suites["ALL"]):
+            by_mode[key].add(stats)
+        self.conversations[conversation][key].add(stats)
+        self.replays += 1
+        self.busy_replays += load.busy
+        self.other_cores += load.other_cores
+
+    def end_turn(
+        self,
+        names: Sequence[str],
+        outputs: dict[str, list[int]],
+        plain: GenerationStats,
+        again: GenerationStats,
+    ) -> None:
+        """A turn replayed under every mode: its greedy divergences and noise."""
+        self.baselines.append(
+            ((plain.n_tokens, plain.generation_s), (again.n_tokens, again.generation_s))
+        )
+        for mode in names:
+            self.compared[mode] += 1
+            self.diverged[mode] += outputs[mode] != outputs[TARGET_ONLY]
 
 
 def run_measurement(
@@ -293,7 +341,8 @@ def run_measurement(
     sampling = SamplingParams(temperature=0.0, seed=seed)
     config = GenerationConfig(max_tokens=max_tokens, sampling=sampling)
     replayer = _Replayer(engine, cancel)
-    modes = [TARGET_ONLY, *(c.name for c in configs)]
+    names = [c.name for c in configs]
+    modes = _rotation(names)
     total = len(turns) * len(modes)
     report_progress = progress or (lambda p: None)
     started = time.time()
@@ -309,6 +358,7 @@ def run_measurement(
         report_progress(MeasureProgress(0, total, 0.0, None, "Timing this machine…"))
         costs = replayer.calibrate()
         decoders = {TARGET_ONLY: replayer.decoder(None, costs)}
+        decoders[TARGET_ONLY_AGAIN] = decoders[TARGET_ONLY]
         decoders |= {c.name: replayer.decoder(c, costs) for c in configs}
         _warm_up(replayer, costs, configs, sampling)
         t0 = time.perf_counter()
@@ -323,11 +373,12 @@ def run_measurement(
             tally.turns += 1
             tally.kinds[turn.conversation_id][kind] += 1
             outputs: dict[str, list[int]] = {}
+            plain: dict[str, GenerationStats] = {}
             for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
-                stats, outputs[mode] = replayer.run(decoders[mode], prompt, config)
-                for by_mode in (tally.suites[kind], tally.suites["ALL"]):
-                    by_mode[mode].add(stats)
-                tally.conversations[turn.conversation_id][mode].add(stats)
+                stats, outputs[mode], load = replayer.run(decoders[mode], prompt, config)
+                tally.add_replay(turn.conversation_id, kind, mode, stats, load)
+                if mode in (TARGET_ONLY, TARGET_ONLY_AGAIN):
+                    plain[mode] = stats
                 done += 1
                 elapsed = time.perf_counter() - t0
                 report_progress(
@@ -336,9 +387,7 @@ def run_measurement(
                         f"Turn {i + 1} of {len(turns)} ({kind}): {_mode_label(mode, configs)}",
                     )
                 )  # fmt: skip
-            for mode in modes[1:]:
-                tally.compared[mode] += 1
-                tally.diverged[mode] += outputs[mode] != outputs[TARGET_ONLY]
+            tally.end_turn(names, outputs, plain[TARGET_ONLY], plain[TARGET_ONLY_AGAIN])
     except _CancelledError:
         raise MeasurementCancelledError(done, total) from None
     finally:
@@ -351,6 +400,13 @@ def run_measurement(
             "None of the chosen turns fits in the context window: raise the context size."
         )
     return _report(engine, turns, configs, tally, costs, config, started, notes)
+
+
+def _rotation(names: Sequence[str]) -> list[str]:
+    """Every replay of a turn: target-only twice, half the rotation apart
+    (their difference is the noise), the configurations between."""
+    half = (len(names) + 1) // 2
+    return [TARGET_ONLY, *names[:half], TARGET_ONLY_AGAIN, *names[half:]]
 
 
 def _mode_label(mode: str, configs: Sequence[MeasureConfig]) -> str:
@@ -380,7 +436,8 @@ def _figures(totals: dict[str, ModeTotals], tally: _Tally | None = None) -> dict
     out: dict[str, Any] = {}
     for mode, t in totals.items():
         f: dict[str, Any] = t.figures()
-        f["drafted_tokens"] = t.stats.n_drafted  # 0: it placed no bet (speedup 1.0)
+        f["drafted_tokens"] = t.stats.n_drafted  # 0: it placed no bet
+        f["accepted_tokens"] = t.stats.n_accepted  # 0: nothing to claim (speedup None)
         f["speedup"] = _ratio(f["tokens_per_s"], base.get("tokens_per_s"), mode, t)
         f["end_to_end_speedup"] = _ratio(
             f["end_to_end_tokens_per_s"], base.get("end_to_end_tokens_per_s"), mode, t
@@ -392,13 +449,15 @@ def _figures(totals: dict[str, ModeTotals], tally: _Tally | None = None) -> dict
     return out
 
 
-def _ratio(rate: float, base: float | None, mode: str, totals: ModeTotals) -> float:
-    """A mode's speedup against the target-only replays of the same turns, as
-    ``gambit.engine.metrics`` and bench define it: 1.0 for target-only, and for
-    a mode that drafted nothing (it did the target-only work: a ratio of two
-    plain rates would only measure noise)."""
-    if mode == TARGET_ONLY or not totals.stats.n_drafted:
+def _ratio(rate: float, base: float | None, mode: str, totals: ModeTotals) -> float | None:
+    """A mode's speedup against the target-only replays of the same turns: 1.0
+    for target-only; None for a mode that had no draft token accepted (it did
+    the target-only work, or wasted drafts on top of it: a ratio of its rate to
+    plain decoding's would only measure noise, and it claims no gain)."""
+    if mode == TARGET_ONLY:
         return 1.0
+    if not totals.stats.n_accepted:
+        return None
     return speedup(rate, base or 0.0, totals.stats.n_drafted) or 0.0
 
 
@@ -429,7 +488,7 @@ def _report(
             "kind": tally.kinds[cid].most_common(1)[0][0],
             "modes": {
                 m: {k: f[k] for k in ("speedup", "acceptance_rate", "tokens_per_s", "tokens",
-                                      "drafted_tokens")}
+                                      "drafted_tokens", "accepted_tokens")}
                 for m, f in figures.items()
             },
         })  # fmt: skip
@@ -460,6 +519,12 @@ def _report(
         "modes": [TARGET_ONLY_MODE, *(c.describe() for c in configs)],
         "conversations": conversations,
         "regime": {"name": regime, "sentence": sentence, **summary},
+        "noise": baseline_noise(tally.baselines),
+        "busy": {
+            "replays": tally.busy_replays,
+            "of": tally.replays,
+            "other_cores": tally.other_cores / tally.replays if tally.replays else 0.0,
+        },
         "machine": machine_info(engine),
         "models": models_info(engine),
         "settings": {
@@ -473,6 +538,24 @@ def _report(
     }
     report["recommendation"] = recommend(report)
     return report
+
+
+def baseline_noise(pairs: Sequence[tuple[tuple[int, float], tuple[int, float]]]) -> float:
+    """How far two target-only runs of the same turns differ, as a share: the
+    difference of their overall rates, plus twice the standard error of the
+    per-turn ratios (few turns: wide). A gain must clear it to count."""
+    if not pairs:
+        return 0.0
+    first = sum(a[0] for a, _ in pairs) / max(sum(a[1] for a, _ in pairs), 1e-9)
+    again = sum(b[0] for _, b in pairs) / max(sum(b[1] for _, b in pairs), 1e-9)
+    overall = abs(again / first - 1.0) if first > 0 else 0.0
+    ratios = [
+        math.log((b[0] / b[1]) / (a[0] / a[1]))
+        for a, b in pairs
+        if min(a[0], b[0]) > 0 and min(a[1], b[1]) > 0
+    ]
+    error = statistics.stdev(ratios) / math.sqrt(len(ratios)) if len(ratios) > 1 else 0.0
+    return overall + 2.0 * (math.exp(error) - 1.0)
 
 
 def machine_info(engine: Engine) -> dict[str, Any]:

@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gambit.engine.session import Engine, EngineConfig
-from gambit.errors import GambitError
-from gambit.measure import (
+from gambit.bench.measure import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_POLICIES,
     DEFAULT_SEED,
@@ -28,6 +26,8 @@ from gambit.measure import (
     plan,
     run_measurement,
 )
+from gambit.engine.session import Engine, EngineConfig
+from gambit.errors import GambitError
 from gambit.storage import measurements
 from gambit.storage.conversations import default_store_path
 from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations, read_turns
@@ -110,7 +110,7 @@ def run_history_cli(args: argparse.Namespace, engine_config: Callable[[], Engine
     """``gambit-cli bench --from-history [--last N]``: bench's table, on stored chats.
     ``engine_config`` is asked for once the history is known to hold turns (it may
     fetch the default model)."""
-    from gambit.bench import _print_table
+    from gambit.bench.runner import _print_table
 
     def log(p: MeasureProgress) -> None:
         eta = f", about {p.eta_s:.0f} s left" if p.eta_s is not None else ""

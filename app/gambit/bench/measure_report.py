@@ -1,6 +1,6 @@
 """What a measurement on the user's chats says: the kind of each turn, this
 machine's regime in a sentence, the recommendation and its reason, and the
-CSV export. Pure functions of the report (``gambit.measure``), no engine, so
+CSV export. Pure functions of the report (``gambit.bench.measure``), no engine, so
 an earlier measurement read back from disk is explained the same way.
 """
 
@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gambit.bench import TARGET_ONLY
-from gambit.bench_regimes import BANDWIDTH_BOUND_BELOW
+from gambit.bench.costs import BANDWIDTH_BOUND_BELOW
+from gambit.bench.runner import TARGET_ONLY
 from gambit.engine.controller import GammaController
 
 # Speculation has to beat plain decoding by the controller's own switch-on
@@ -68,10 +68,18 @@ def _and(words: Sequence[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
+def _claims(all_modes: Mapping[str, Any], info: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The configurations with a speedup to claim: those that had a draft accepted."""
+    return [
+        m for m in all_modes
+        if m != TARGET_ONLY and m in info and all_modes[m].get("speedup") is not None
+    ]  # fmt: skip
+
+
 def _choose(all_modes: Mapping[str, Any], info: Mapping[str, Mapping[str, Any]]) -> str | None:
     """The fastest configuration, or the adaptive one of its drafter when that
     is within ADAPTIVE_SLACK of it."""
-    candidates = [m for m in all_modes if m != TARGET_ONLY and m in info]
+    candidates = _claims(all_modes, info)
     if not candidates:
         return None
     best = max(candidates, key=lambda m: all_modes[m]["speedup"])
@@ -96,19 +104,34 @@ def recommend(report: Mapping[str, Any]) -> dict[str, Any]:
     all_modes = report["suites"].get("ALL", {})
     info = {m["name"]: m for m in report["modes"]}
     chosen = _choose(all_modes, info)
-    base: dict[str, Any] = {"threshold": PAYS_FROM, "mode": None, "off": True, "speedup": 1.0}
-    if chosen is None:
+    base: dict[str, Any] = {
+        "threshold": PAYS_FROM, "mode": None, "off": True, "speedup": 1.0, "apply": True,
+    }  # fmt: skip
+    if not any(m != TARGET_ONLY and m in info for m in all_modes):
         return {
             **base,
             "headline": "Speculation off",
             "reason": "no drafter was compared: there is nothing that could pay",
         }
-    speedup = float(all_modes[chosen]["speedup"])
-    if speedup < PAYS_FROM:
+    if chosen is None or float(all_modes[chosen]["speedup"]) < PAYS_FROM:
         return {**base, "headline": "Speculation off", "reason": _off_reason(all_modes, info)}
+    speedup = float(all_modes[chosen]["speedup"])
     mode = info[chosen]
     label = mode["label"]
+    noise = float(report.get("noise") or 0.0)
+    if speedup - 1.0 <= noise:
+        return {
+            **base,
+            "apply": False,
+            "headline": "Not enough evidence yet: measure more turns",
+            "reason": (
+                f"the best, {label}, ran at {speedup:.2f}x plain decoding, but plain decoding "
+                f"itself varied by {noise:.0%} between two runs of the same turns"
+                + _busy_clause(report)
+            ),
+        }
     reason = _kinds_reason(report, chosen, speedup)
+    reason += _busy_clause(report)
     divergence = all_modes[chosen].get("divergence_rate") or 0.0
     if divergence:
         reason += (
@@ -129,25 +152,38 @@ def recommend(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _busy_clause(report: Mapping[str, Any]) -> str:
+    """ "; the machine was busy during 12 of 40 replays (...)" or ""."""
+    busy = report.get("busy") or {}
+    n, of = int(busy.get("replays", 0)), int(busy.get("of", 0))
+    if not n:
+        return ""
+    cores = float(busy.get("other_cores", 0.0))
+    return (
+        f"; other programs kept the machine busy during {n} of {of} replays "
+        f"({cores:.1f} cores on average), which makes every figure less certain"
+    )
+
+
 def _off_reason(all_modes: Mapping[str, Any], info: Mapping[str, Mapping[str, Any]]) -> str:
-    """Why nothing pays: the best that placed a bet, and those that never did
-    (an adaptive policy that stayed off claims no speedup: 1.00x by definition)."""
+    """Why nothing pays: the best that had drafts accepted, and those that never
+    did (they claim no speedup: nothing they drafted was used)."""
     modes = [m for m in all_modes if m != TARGET_ONLY and m in info]
-    drafted = [m for m in modes if all_modes[m].get("drafted_tokens", 1)]
+    drafted = _claims(all_modes, info)
     idle = [info[m]["label"] for m in modes if m not in drafted]
     bar = (
         f"speculation has to reach {PAYS_FROM:.2f}x ({PAYS_FROM - 1:.0%} faster) "
         "to be worth switching on"
     )
     if not drafted:
-        return f"no configuration found drafts worth trying on your chats ({_and(idle)}); {bar}"
+        return f"no configuration had a draft accepted on your chats ({_and(idle)}); {bar}"
     best = max(drafted, key=lambda m: all_modes[m]["speedup"])
     text = (
-        f"nothing paid on your chats: the best that drafted, {info[best]['label']}, ran at "
+        f"nothing paid on your chats: the best with drafts accepted, {info[best]['label']}, ran at "
         f"{float(all_modes[best]['speedup']):.2f}x plain decoding"
     )
     if idle:
-        text += f" ({_and(idle)} never drafted)"
+        text += f" ({_and(idle)} had no draft accepted)"
     return f"{text}, and {bar}"
 
 
@@ -155,7 +191,7 @@ def _kinds_reason(report: Mapping[str, Any], mode: str, speedup: float) -> str:
     kinds = {
         k: float(v[mode]["speedup"])
         for k, v in report["suites"].items()
-        if k != "ALL" and mode in v
+        if k != "ALL" and mode in v and v[mode].get("speedup") is not None
     }
     turns = report.get("turns", 0)
     if len(kinds) <= 1:

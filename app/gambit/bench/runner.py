@@ -23,7 +23,7 @@ from typing import Any
 from gambit.engine.chat import Message
 from gambit.engine.controller import GammaController, PolicyMode
 from gambit.engine.decoder import GenerationConfig, Round
-from gambit.engine.metrics import GenerationStats, speedup
+from gambit.engine.metrics import NO_FIGURE, GenerationStats, speedup
 from gambit.engine.placement import TargetPlacement, WorkerShare, cost_curve
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
@@ -105,7 +105,6 @@ def run_once(
         tokens.extend(rnd.tokens)
         if rounds is not None:
             rounds.append(rnd)
-    stats.prefill_s = engine.decoder.last_prefill_s
     stats.decode_s = engine.decode_seconds - d0
     return stats, tokens
 
@@ -299,6 +298,11 @@ def _side(f: dict[str, float]) -> str:
     return f"{int(f['side_gain'])}/{int(f['side_nodes'])}" if f["side_nodes"] else "-"
 
 
+def _times(speedup: float | None) -> str:
+    """A speedup in the table's column, "—" where there is no claim to make."""
+    return f"{speedup:6.2f}x" if speedup is not None else f"{NO_FIGURE:>7}"
+
+
 def _print_table(report: dict[str, Any], modes: list[str]) -> None:
     print(
         "tok/rnd: reply tokens per target pass; side+: draft tokens accepted thanks to "
@@ -329,7 +333,7 @@ def _print_table(report: dict[str, Any], modes: list[str]) -> None:
         for mode in modes:
             f = report["suites"][suite][mode]
             print(
-                f"{suite:<10} {mode:<{w}} {f['tokens_per_s']:7.1f} {f['speedup']:6.2f}x "
+                f"{suite:<10} {mode:<{w}} {f['tokens_per_s']:7.1f} {_times(f['speedup'])} "
                 f"{f['acceptance_rate']:7.1%} {f['mean_accepted']:7.2f} "
                 f"{f['tokens_per_round']:7.2f} {f['p50_ms']:7.1f} {f['p99_ms']:7.1f} "
                 f"{f['ttft_ms']:7.0f} {f['overhead_share']:6.1%} "

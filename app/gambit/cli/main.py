@@ -12,12 +12,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gambit import __version__
-from gambit.bench_regimes import DRAFTERS as REGIME_DRAFTERS
+from gambit.bench import (
+    REGIME_DRAFTERS,
+    REGIME_TARGETS,
+    run_bench,
+    run_history_cli,
+    run_regimes_cli,
+)
 from gambit.cli.models import add_models_parser, run_models
 from gambit.cli.stop_signals import StopSignals
 from gambit.engine import rpc
+from gambit.engine.busy import LoadMeter
 from gambit.engine.chat import Message
-from gambit.engine.controller import PolicyMode
+from gambit.engine.controller import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, PolicyMode
 from gambit.engine.decoder import GenerationConfig
 from gambit.engine.drafters.registry import DRAFTERS, DrafterSpec
 from gambit.engine.limits import THREADS_MAX, non_negative_int_arg, positive_int_arg, threads_arg
@@ -68,14 +75,14 @@ def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -
     p.add_argument(
         "--gamma",
         type=int,
-        default=4,
-        help="draft tokens per round with --policy fixed (default 4)",
+        default=DEFAULT_GAMMA,
+        help=f"draft tokens per round with --policy fixed (default {DEFAULT_GAMMA})",
     )
     p.add_argument(
         "--gamma-max",
         type=int,
-        default=8,
-        help="the most draft tokens the adaptive policy uses (default 8)",
+        default=DEFAULT_GAMMA_MAX,
+        help=f"the most draft tokens the adaptive policy uses (default {DEFAULT_GAMMA_MAX})",
     )
     p.add_argument(
         "--threads",
@@ -179,15 +186,20 @@ def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     regimes = bench.add_argument_group(
         "regimes",
-        "--regimes derives F16, F32 and Q8_0 targets from the model (--target, default: "
-        "the embedded one), which also serves as the draft, and runs each with each "
-        "drafter under target-only, adaptive and fixed γ 1, 2, 4, 8 (docs/performance.md)",
+        "--regimes derives targets from the model (--target, default: the embedded one), "
+        "which also serves as the draft: cost-scaled ones (F32x4: four times the blocks, "
+        "the added ones with zero outputs, so a draft step costs about a tenth of a target "
+        "step, as with real pairs) and re-quantized ones (F16, F32, Q8_0); it runs each "
+        "with each drafter under target-only, adaptive and fixed γ 1-8 (up to 16 and trees "
+        "on the scaled ones) (docs/performance.md)",
     )
     regimes.add_argument(
         "--regimes", action="store_true", help="the compute- and bandwidth-bound benchmark"
     )
     regimes.add_argument(
-        "--targets", default="F16,F32,Q8_0", help="target types (default F16,F32,Q8_0)"
+        "--targets",
+        default=REGIME_TARGETS,
+        help=f"target types, F16/F32/Q8_0, xN to scale (default {REGIME_TARGETS})",
     )
     regimes.add_argument(
         "--drafters",
@@ -341,18 +353,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
             rounds = engine.chat(messages, config, cancel)
         tracker = MetricsTracker()
         stop = None
+        load = LoadMeter()
         for rnd in rounds:
             sys.stdout.write(rnd.text)
             sys.stdout.flush()
             tracker.add(rnd)
-            if rnd.index == 0:
-                tracker.set_prefill(engine.decoder.last_prefill_s)
             stop = rnd.stop
         sys.stdout.write("\n")
+        reading = load.read()
         tracker.stats.decode_s = engine.decode_seconds - d0
         if tracker.stats.n_drafted:
             engine.remeasure_baseline()  # plain decoding on this reply's context
-        snap = tracker.snapshot(engine.controller.baseline_tokens_per_s)
+        busy = reading.describe() if reading.busy else None
+        snap = tracker.snapshot(engine.controller.baseline_tokens_per_s, busy=busy)
         print(_stats_line(engine, snap, stop.value if stop else "?"), file=sys.stderr)
     return signals.exit_code if cancel.is_set() else 0
 
@@ -390,14 +403,14 @@ def summary_line(
         ]
         if detail:
             parts.insert(1, detail)
+    if s.busy:
+        parts.append(f"timed while the machine was busy ({s.busy})")
     parts.append(f"stop: {stop}")
     return " | ".join(parts)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
     if args.regimes:
-        from gambit.bench_regimes import run_regimes_cli
-
         if args.rpc:
             raise GambitError("--regimes runs on this machine only: leave out --rpc")
 
@@ -412,11 +425,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         )
         return run_regimes_cli(args, source, options, _sampling(args))
     if args.from_history:
-        from gambit.measure_history import run_history_cli
-
         return run_history_cli(args, lambda: _engine_config(args))
-    from gambit.bench import run_bench
-
     if args.prompts is None:
         raise GambitError("bench needs --prompts FILE (or --regimes, or --from-history)")
     # Ctrl-C sets an event that the bench checks between runs. A KeyboardInterrupt

@@ -284,7 +284,6 @@ def _run(
             result.tokens.extend(rnd.tokens)
             result.text += rnd.text
             stats.add(rnd)
-        stats.prefill_s = engine.decoder.last_prefill_s
     finally:
         engine.close()
     result.tokens_per_s = stats.tokens_per_s

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gambit.engine.calibration import calibrate
+from gambit.engine.controller import DEFAULT_GAMMA_MAX
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import ModelFileError
 from gambit.formats.gguf_file import check_model_file
@@ -36,7 +37,7 @@ from gambit.formats.layerskip_file import (
     read_layer_skip_info,
     write_layer_skip_model,
 )
-from gambit.fsutil import Progress, scratch_dir
+from gambit.fsutil import Progress, scratch_dir, write_atomic
 from gambit.models.layerskip_search import (
     Evaluator,
     LayerSkipCandidate,
@@ -45,7 +46,6 @@ from gambit.models.layerskip_search import (
     references,
 )
 from gambit.models.library import ModelLibrary
-from gambit.storage.files import write_atomic
 
 __all__ = [
     "LayerSkipPlan",
@@ -58,7 +58,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_EVALUATIONS = 40
-DEFAULT_GAMMA_MAX = 8  # as EngineConfig.gamma_max
 CALIBRATION_TOKENS = 48  # of the target's own greedy continuation, per prompt
 # User messages (chat models) or plain text to continue (base models): everyday
 # chat, a how-to, code and a rewrite, as in resources/prompts.

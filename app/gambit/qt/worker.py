@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from gambit.engine.backend import BackendInfo, detect_backend
+from gambit.engine.busy import LoadMeter
 from gambit.engine.chat import Message
 from gambit.engine.decoder import GenerationConfig, StopReason
 from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
@@ -36,7 +37,7 @@ from gambit.fsutil import Progress
 from gambit.models.drafter_files import DERIVATIONS, resolve_drafter_file
 
 if TYPE_CHECKING:
-    from gambit.measure_history import MeasureRequest
+    from gambit.bench import MeasureRequest
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class ReplyDelta:
     text: str
     drafted: tuple[bool, ...]
     snapshot: MetricsSnapshot | None  # None between SNAPSHOT_INTERVAL_S ticks
+    round_s: float = 0.0  # the round's own duration (drafting and verifying), for pacing
 
 
 @dataclass(frozen=True)
@@ -254,11 +256,10 @@ class EngineWorker(QObject):
             self._cancel.clear()
         speculated = engine.decoder.speculation_enabled and engine.drafter is not None
         next_snapshot = 0.0
+        load = LoadMeter()  # were other programs busy while the reply was timed?
         try:
             for rnd in engine.chat(messages, config, self._cancel):
                 tracker.add(rnd)
-                if rnd.index == 0:
-                    tracker.set_prefill(engine.decoder.last_prefill_s)
                 if rnd.text:
                     text_parts.append(rnd.text)
                     flags = _char_flags(engine, rnd.tokens, rnd.n_accepted, rnd.text)
@@ -269,15 +270,18 @@ class EngineWorker(QObject):
                     if rnd.elapsed_s >= next_snapshot:
                         snapshot = self._snapshot(engine, tracker)
                         next_snapshot = rnd.elapsed_s + SNAPSHOT_INTERVAL_S
-                    self.delta.emit(ReplyDelta(rnd.text, flags, snapshot))
+                    round_s = rnd.t_draft_s + rnd.t_verify_s
+                    self.delta.emit(ReplyDelta(rnd.text, flags, snapshot, round_s))
                 if rnd.stop is not None:
                     stop = rnd.stop.value
+            reading = load.read()
             if tracker.stats.n_drafted and not self._closing.is_set():
                 # The reply is compared with plain decoding on its own context.
                 engine.remeasure_baseline()
+            busy = reading.describe() if reading.busy else None
             self.finished.emit(
                 ReplyResult("".join(text_parts), tuple(drafted), stop,
-                            self._snapshot(engine, tracker), speculated)
+                            self._snapshot(engine, tracker, busy), speculated)
             )  # fmt: skip
         except WorkerLostError as exc:
             partial = self._partial(engine, tracker, text_parts, drafted)
@@ -294,11 +298,10 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def measure(self, request: MeasureRequest) -> None:
-        """Replay the user's stored turns on the loaded models (``gambit.measure``):
+        """Replay the user's stored turns on the loaded models (``gambit.bench``):
         progress after every replay, then one ``measure_finished``. ``cancel``
         stops it within a round; the engine is left as a fresh load leaves it."""
-        from gambit.measure import MeasurementCancelledError
-        from gambit.measure_history import MeasureOutcome, measure_history
+        from gambit.bench import MeasurementCancelledError, MeasureOutcome, measure_history
 
         engine = self._engine
         if engine is None:
@@ -339,7 +342,9 @@ class EngineWorker(QObject):
             self._engine = None
 
     @staticmethod
-    def _snapshot(engine: Engine, tracker: MetricsTracker) -> MetricsSnapshot:
+    def _snapshot(
+        engine: Engine, tracker: MetricsTracker, busy: str | None = None
+    ) -> MetricsSnapshot:
         c = engine.controller
         gamma = c.decision.gamma if engine.decoder.speculation_enabled and engine.drafter else 0
         if engine.drafter is None:
@@ -350,7 +355,7 @@ class EngineWorker(QObject):
             reason = c.decision.reason
         side = c.decision.side if gamma else 0
         return tracker.snapshot(
-            c.baseline_tokens_per_s, gamma, reason, tree=engine.tree, side_nodes=side
+            c.baseline_tokens_per_s, gamma, reason, tree=engine.tree, side_nodes=side, busy=busy
         )
 
     def _partial(

@@ -19,8 +19,8 @@ from typing import Any, cast
 
 from gambit.engine.drafters.registry import DRAFTERS
 from gambit.errors import GambitError
+from gambit.fsutil import write_atomic
 from gambit.storage import paths
-from gambit.storage.files import write_atomic
 from gambit.storage.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,8 @@ def recommended_settings(settings: Settings, report: Mapping[str, Any]) -> Setti
     and policy, speculation on; or speculation off. Raises ``GambitError``
     when the result would not be valid (the problems, in words)."""
     rec = report.get("recommendation") or {}
+    if rec.get("apply") is False:
+        raise GambitError(f"There is nothing to apply: {rec.get('headline', 'no recommendation')}.")
     if rec.get("off", True):
         return settings.with_(speculation=False)
     changes: dict[str, Any] = {

@@ -1,0 +1,42 @@
+"""Benchmarks and Measure on my chats: everything that times speculation.
+
+The front of the package: the window, the worker and the command line import
+these names from here, never a module inside.
+
+- ``runner``: ``gambit-cli bench`` on a prompts file, every mode side by side;
+- ``regimes``: ``--regimes``, toy and cost-scaled targets derived from one
+  model (``targets``), the cost-model bound (``costs``), round parts timed
+  mid-reply (``parts``) and the tables (``regimes_report``);
+- ``measure``, ``measure_history``, ``measure_report``: Measure on my chats,
+  replaying the user's own turns, and its recommendation.
+"""
+
+from gambit.bench.measure import DRAFTER_LABELS, MeasurementCancelledError, MeasureProgress
+from gambit.bench.measure_history import (
+    MeasureOutcome,
+    MeasureRequest,
+    measure_history,
+    run_history_cli,
+)
+from gambit.bench.measure_report import PAYS_FROM, report_csv
+from gambit.bench.regimes import DEFAULT_TARGETS as REGIME_TARGETS
+from gambit.bench.regimes import DRAFTERS as REGIME_DRAFTERS
+from gambit.bench.regimes import run_regimes_cli
+from gambit.bench.runner import TARGET_ONLY, run_bench
+
+__all__ = [
+    "DRAFTER_LABELS",
+    "PAYS_FROM",
+    "REGIME_DRAFTERS",
+    "REGIME_TARGETS",
+    "TARGET_ONLY",
+    "MeasureOutcome",
+    "MeasureProgress",
+    "MeasureRequest",
+    "MeasurementCancelledError",
+    "measure_history",
+    "report_csv",
+    "run_bench",
+    "run_history_cli",
+    "run_regimes_cli",
+]

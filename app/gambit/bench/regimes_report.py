@@ -1,0 +1,138 @@
+"""The regime benchmark's report as tables and a chart (``gambit.bench.regimes``)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from gambit.bench.runner import TARGET_ONLY
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.0f}" if value else "-"
+
+
+def table_rows(report: dict[str, Any]) -> list[list[str]]:
+    """One row per target × drafter × suite, the cost-scaled (realistic) rows first."""
+    rows = []
+    pairs = sorted(report["pairs"], key=lambda p: not p.get("scaled", False))
+    for pair in pairs:
+        if "skipped" in pair:
+            continue
+        for suite, f in pair["suites"].items():
+            modes = f["modes"]
+            plain, adaptive = modes[TARGET_ONLY], modes["adaptive"]
+            eff = f["round_efficiency"].get("4")
+            t5 = pair["costs"]["t_ratio"]["5"]
+            draft = pair["costs"].get("draft_ratio", 0.0)
+            bound = f["bound"]
+            gaps = (
+                f"{_ms(plain['p99_ms'])} / {_ms(adaptive['p99_ms'])}"
+                f" / {_ms(adaptive.get('p99_shown_ms'))}"
+            )
+            rows.append(
+                [
+                    f"{pair.get('label', pair['target'])} ({pair['regime']}, t5/t1 {t5:.2f}"
+                    + (f", draft {draft:.2f}" if draft else "")
+                    + ")",
+                    pair["drafter"],
+                    suite,
+                    f"{plain['tokens_per_s']:.1f}",
+                    f"{adaptive['speedup']:.2f}x",
+                    f"{f['best_fixed'] or '-'} {f['best_fixed_speedup']:.2f}x",
+                    f"{f['adaptive_vs_best_fixed']:.2f}",
+                    f"{bound:.2f}x",
+                    f"{adaptive['speedup'] / bound:.2f}" if bound else "-",
+                    f"{f['adaptive_end_to_end']:.2f}x",
+                    f"{f.get('best_fixed_end_to_end', 0.0):.2f}x",
+                    f"{f.get('ttft_ratio', 0.0):.2f}",
+                    gaps,
+                    f"{adaptive['acceptance_rate']:.0%}",
+                    f"{adaptive.get('mean_gamma', 0.0):.1f}",
+                    f"{eff:.2f}" if eff else "-",
+                    f["divergence"] or "-",
+                ]
+            )
+    return rows
+
+
+HEADER = [
+    "target (regime)", "drafter", "suite", "plain tok/s", "adaptive", "best fixed", "adapt/best",
+    "bound", "adapt/bound", "adaptive e2e", "best fixed e2e", "TTFT adapt/plain",
+    "p99 gap ms plain / adapt / shown", "accept", "mean γ", "round eff γ4", "diverged",
+]  # fmt: skip
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
+    return "\n".join(lines)
+
+
+def text_table(report: dict[str, Any]) -> str:
+    rows = [HEADER, *table_rows(report)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
+    out = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    out.insert(1, "-" * len(out[0]))
+    return "\n".join(out)
+
+
+def save_chart(report: dict[str, Any], path: Path) -> None:
+    """A bar chart (adaptive, best fixed, bound) per target × drafter, rendered offscreen."""
+    import os
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCharts import (
+        QBarCategoryAxis,
+        QBarSeries,
+        QBarSet,
+        QChart,
+        QChartView,
+        QValueAxis,
+    )
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QPainter
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication([])
+    pairs = [p for p in report["pairs"] if "skipped" not in p]
+    series = QBarSeries()
+    names = ("adaptive", "best fixed", "cost-model bound")
+    sets = {n: QBarSet(n) for n in names}
+    categories = []
+    top = 1.0
+    for p in pairs:
+        f = p["suites"]["ALL"]
+        categories.append(f"{p['target']} + {p['drafter']}")
+        values = (f["adaptive_speedup"], f["best_fixed_speedup"], f["bound"])
+        for n, v in zip(names, values, strict=True):
+            sets[n].append(v)
+        top = max(top, *values)
+    for s in sets.values():
+        series.append(s)
+    chart = QChart()
+    chart.addSeries(series)
+    machine = report["machine"]
+    chart.setTitle(
+        f"Speedup over target-only, all suites — {machine.get('cpu_model', machine['cpu'])}, "
+        f"{machine['threads']} threads"
+    )
+    x = QBarCategoryAxis()
+    x.append(categories)
+    y = QValueAxis()
+    y_max = math.ceil(top * 4) / 4
+    y.setRange(0.0, y_max)
+    y.setTickCount(int(y_max * 4) + 1)  # a line every 0.25x
+    y.setLabelFormat("%.2f")
+    y.setTitleText("speedup (×)")
+    chart.addAxis(x, Qt.AlignmentFlag.AlignBottom)
+    chart.addAxis(y, Qt.AlignmentFlag.AlignLeft)
+    series.attachAxis(x)
+    series.attachAxis(y)
+    view = QChartView(chart)
+    view.setRenderHint(QPainter.RenderHint.Antialiasing)
+    view.resize(max(900, 150 * len(categories)), 520)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    view.grab().save(str(path))
+    del app
