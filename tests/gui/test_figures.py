@@ -6,6 +6,8 @@ worker thread, offscreen Qt."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,9 +102,10 @@ def test_footer_panel_history_and_cli_show_the_same_figures(
     assert rate.endswith(" tok/s") and baseline.endswith(" tok/s")
 
     footer = w.chat.messages[-1].footer
+    busy = " · timed while the machine was busy" if snap.busy else ""  # (a loaded CI machine)
     assert footer == (
         f"{snap.n_tokens} tokens · {rate} · accepted {accepted}/{drafted} ({acceptance}) · "
-        f"{speedup.text()} vs plain"
+        f"{speedup.text()} vs plain{busy}"
     )
 
     # The same footer when the conversation is read back from the history.
@@ -133,7 +136,8 @@ def test_a_reply_without_drafting_claims_no_speedup(
     qtbot.waitUntil(lambda: rate.text() == format_rate(snap.tokens_per_s), timeout=5000)
 
     footer = w.chat.messages[-1].footer
-    assert footer == f"{snap.n_tokens} tokens · {rate.text()}"  # no "× vs plain"
+    busy = " · timed while the machine was busy" if snap.busy else ""
+    assert footer == f"{snap.n_tokens} tokens · {rate.text()}{busy}"  # no "× vs plain"
     speedup = shown(w, "speedupValue")
     assert speedup.text() == NO_FIGURE
     assert speedup.property("tone") == "neutral"  # no colour-coded guess either
@@ -163,3 +167,32 @@ def test_a_failed_load_leaves_no_figures_behind(
                  "acceptanceRollingValue", "gammaReasonValue"):  # fmt: skip
         assert shown(w, name).text() == NO_FIGURE, name
     assert speedup.property("tone") == "neutral"
+
+
+BUSY_LOOP = "import time\nwhile True:\n    time.time()\n"
+
+
+def test_a_reply_timed_on_a_busy_machine_is_marked_everywhere(
+    qtbot: QtBot, open_window: type[MainWindow], pair: Settings
+) -> None:
+    """Another program keeps a core busy while the reply is timed: its figures
+    are shown, marked as taken then, in the footer (kept in the history), the
+    panel and the CLI's line."""
+    w = open_window(pair.with_(max_tokens=64))
+    busy = subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
+    try:
+        result = reply(qtbot, w)
+    finally:
+        busy.kill()
+        busy.wait(timeout=30)
+    snap = result.snapshot
+    assert snap.busy is not None and snap.busy.startswith("other programs used ")
+    assert w.chat.messages[-1].footer.endswith(" · timed while the machine was busy")
+    line = shown(w, "busyValue")
+    qtbot.waitUntil(line.isVisible, timeout=5000)
+    assert snap.busy in line.text()
+    cli = summary_line(snap, drafter="draft model", detail=None, reason="", stop=result.stop)
+    assert f"timed while the machine was busy ({snap.busy})" in cli
+    footer = w.chat.messages[-1].footer
+    w.close()
+    assert open_window(load=False).chat.messages[-1].footer == footer

@@ -172,7 +172,11 @@ def test_settings_and_conversations_survive_a_restart(
 ) -> None:
     w = open_window(qtbot, paths, settings)
     qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
-    w.apply_settings(w.settings.with_(temperature=0.0, top_k=12, system_prompt="Be brief."))
+    assert w.chat.pacing  # even streaming is on by default
+    w.apply_settings(
+        w.settings.with_(temperature=0.0, top_k=12, system_prompt="Be brief.", even_streaming=False)
+    )
+    assert not w.chat.pacing
     send(qtbot, w, "Say hello.")
     wait_reply(qtbot, w)
     conv_id = w.conversation_id
@@ -181,6 +185,7 @@ def test_settings_and_conversations_survive_a_restart(
 
     again = open_window(qtbot, paths, None)
     assert again.settings.top_k == 12 and again.settings.system_prompt == "Be brief."
+    assert not again.chat.pacing
     assert again.conversation_id == conv_id
     assert [m.role for m in again.chat.messages] == ["user", "assistant"]
     assert again.chat.messages[-1].text == reply_text

@@ -90,6 +90,7 @@ def _non_default(tmp_path: Path) -> Settings:
         worker_layers=20,
         highlight_drafted=False,
         show_stats=False,
+        even_streaming=False,
     )
 
 
@@ -239,6 +240,7 @@ def test_editing_widgets_changes_settings(make_dialog: MakeDialog, qtbot: QtBot)
     qtbot.keyClicks(prompt, "Be brief.")
 
     _click(qtbot, _check(dialog, "highlightDraftedCheck"))
+    _click(qtbot, _check(dialog, "evenStreamingCheck"))
 
     assert dialog.settings() == Settings().with_(
         drafter="none",
@@ -248,6 +250,7 @@ def test_editing_widgets_changes_settings(make_dialog: MakeDialog, qtbot: QtBot)
         seed=42,
         system_prompt="Be brief.",
         highlight_drafted=False,
+        even_streaming=False,
     )
 
 

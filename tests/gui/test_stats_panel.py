@@ -467,3 +467,22 @@ def test_time_axes_are_in_seconds(qtbot: QtBot, panel: StatsPanel) -> None:
     show(qtbot, panel, snap(elapsed_s=7.5, gamma=4))
     for chart in ("tokensPerSecondChart", "gammaChart"):
         assert time_axis(chart).labelFormat().endswith(" s")
+
+
+def test_a_figure_timed_on_a_busy_machine_says_so(qtbot: QtBot, panel: StatsPanel) -> None:
+    assert not visible(panel, "busyValue")
+    show(qtbot, panel, snap(busy="other programs used 1.0 of 2 cores"))
+    assert visible(panel, "busyValue")
+    assert text(panel, "busyValue") == (
+        "Timed while the machine was busy: other programs used 1.0 of 2 cores; "
+        "the figures may be off."
+    )
+    show(qtbot, panel, snap())  # the next reply ran on a quiet machine
+    assert not visible(panel, "busyValue")
+
+
+def test_the_backend_line_names_the_gpus_or_says_there_is_none() -> None:
+    cpu = BackendInfo(False, ("AVX2",), "CPU : AVX2 = 1", 2)
+    assert cpu.summary == "CPU only (no GPU found) · 2 threads · AVX2"
+    gpu = BackendInfo(True, ("AVX2",), "", 16, devices=("CUDA0 (NVIDIA H200)",))
+    assert gpu.summary.startswith("GPU: CUDA0 (NVIDIA H200) · 16 threads")

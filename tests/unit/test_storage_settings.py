@@ -34,7 +34,7 @@ def test_defaults_table() -> None:
     s = Settings()
     assert s.target_model == "" and s.target_path() is None
     assert (s.drafter, s.draft_model, s.speculation) == ("lookup", "", True)
-    assert (s.policy, s.fixed_gamma, s.gamma_max) == ("adaptive", 4, 8)
+    assert (s.policy, s.fixed_gamma, s.gamma_max) == ("adaptive", 4, 16)
     assert (s.tree_drafts, s.tree_nodes) == (False, 8)
     assert (s.temperature, s.top_k, s.top_p, s.min_p) == (0.7, 40, 0.95, 0.05)
     assert (s.repeat_penalty, s.seed, s.max_tokens, s.system_prompt) == (1.0, -1, 512, "")
@@ -83,8 +83,8 @@ def test_defaults_validate() -> None:
         ({"gpu_layers_draft": -2}, "GPU layers (draft) must be -1 (all), 0 (none) or more."),
         ({"context_size": 128}, "Context size must be between 256 and 131072 tokens."),
         ({"context_size": 200000}, "Context size must be between 256 and 131072 tokens."),
-        ({"fixed_gamma": 0}, "Fixed γ must be between 1 and max γ (8)."),
-        ({"fixed_gamma": 9}, "Fixed γ must be between 1 and max γ (8)."),
+        ({"fixed_gamma": 0}, "Fixed γ must be between 1 and max γ (16)."),
+        ({"fixed_gamma": 9, "gamma_max": 8}, "Fixed γ must be between 1 and max γ (8)."),
         ({"gamma_max": 3}, "Fixed γ must be between 1 and max γ (3)."),
         ({"gamma_max": 0, "fixed_gamma": 0}, "Max γ must be between 1 and 16."),
         ({"drafter": "draft"}, "Draft model: choose a file when the drafter is 'draft model'."),
@@ -131,7 +131,7 @@ def test_engine_config_lookup_defaults(model_file: Path) -> None:
     assert config.target_options == RuntimeOptions(
         n_ctx=4096, n_threads=0, n_gpu_layers=0, strict_batch_invariance=True
     )
-    assert (config.policy, config.gamma, config.gamma_max) == ("adaptive", 4, 8)
+    assert (config.policy, config.gamma, config.gamma_max) == ("adaptive", 4, 16)
 
 
 def test_engine_config_draft_model(model_file: Path, tmp_path: Path) -> None:
@@ -375,7 +375,7 @@ def test_a_file_from_before_tree_drafts_loads_cleanly(settings_path: Path) -> No
     store = SettingsStore(settings_path)
     s = store.load()
     assert store.load_errors == []
-    assert s == Settings(policy="fixed", fixed_gamma=3)
+    assert s == Settings(policy="fixed", fixed_gamma=3, gamma_max=8)
     assert (s.tree_drafts, s.tree_nodes) == (False, 8)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gambit.engine import rpc
+from gambit.engine.controller import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX
 from gambit.engine.decoder import GenerationConfig
 from gambit.engine.drafters.registry import DRAFTERS, TREE_DRAFTERS, DrafterKind, FileSource
 from gambit.engine.limits import THREADS_MAX, threads_problem, workers_problem
@@ -32,8 +33,9 @@ from gambit.engine.session import (
     EngineConfig,
 )
 from gambit.errors import GambitError
+from gambit.fsutil import write_atomic
 from gambit.storage import paths
-from gambit.storage.files import set_aside, write_atomic
+from gambit.storage.files import set_aside
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ TREE_HELP = (
 EXACT_KERNELS_HELP = (
     "Same tokens with speculation on and off at temperature 0; about 8 % slower decoding"
 )
+EVEN_STREAMING_HELP = "Spreads each burst of accepted tokens over a round's time."
 _INT_MAX = 2**31 - 1  # a spin box's top
 
 
@@ -135,7 +138,7 @@ class Settings:
         " are not; Fixed always drafts γ tokens.",
     )
     fixed_gamma: int = _setting(
-        4,
+        DEFAULT_GAMMA,
         "Fixed γ",
         reloads=True,
         low=1,
@@ -144,7 +147,7 @@ class Settings:
         spin=(1, GAMMA_MAX_LIMIT),
     )
     gamma_max: int = _setting(
-        8,
+        DEFAULT_GAMMA_MAX,
         "Max γ",
         reloads=True,
         low=1,
@@ -280,6 +283,7 @@ class Settings:
     show_stats: bool = _setting(
         True, "Show statistics", help="Speed and acceptance rate under the chat."
     )
+    even_streaming: bool = _setting(True, "Even streaming", help=EVEN_STREAMING_HELP)
 
     def with_(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied (an unknown name is a TypeError)."""
@@ -375,14 +379,11 @@ class Settings:
         """The engine to load, with ``target_path`` resolved by the caller
         (``target_path()``, or the default model when that is None).
 
-        The drafter is loaded even when speculation is off: the switch is
-        flipped on the running engine (``decoder.speculation_enabled``), which
-        keeps what the γ controller has learned. Tree drafts are asked for only
-        with a drafter that can draft a tree. With a drafter whose file is
-        derived from the target (``file="derived"``: layer skip) the draft is
-        ``layer_skip_draft``, which the worker finds (or measures, the first
-        time) before it builds the config; it is ignored for the other drafters.
-        Call ``validate()`` first: invalid values raise ValueError here.
+        The drafter is loaded even when speculation is off (switched on the
+        running engine, which keeps what the γ controller has learned). Trees
+        only with a drafter that drafts them. A drafter whose file is derived
+        from the target (layer skip) drafts with ``layer_skip_draft``, which the
+        worker finds (or measures) first. Invalid values raise ValueError.
         """
         target_options = self.target_options()
         derived = self._draft_file() == "derived"

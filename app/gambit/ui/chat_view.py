@@ -2,16 +2,19 @@
 
 Finished messages are rendered once; the streaming reply is re-rendered in
 place (from a saved cursor position to the end) on the window's repaint
-timer, never once per token. Messages are Markdown (``markdown.render``, Qt's
-own reader). Links open in the system browser (http, https and mailto only:
-replies are untrusted text), never inside the app; a code block's "Copy" link
-puts its code on the clipboard.
+timer, never once per token. With even streaming on (``StreamPacer``), a
+round's text is revealed over the time a round takes instead of at once.
+Messages are Markdown (``markdown.render``, Qt's own reader). Links open in
+the system browser (http, https and mailto only: replies are untrusted
+text), never inside the app; a code block's "Copy" link puts its code on the
+clipboard.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -29,6 +32,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from gambit.engine.metrics import format_accepted, format_rate, format_speedup
+from gambit.engine.pacing import StreamPacer
 from gambit.ui import markdown
 
 log = logging.getLogger(__name__)
@@ -64,6 +68,8 @@ def reply_footer(stats: Mapping[str, Any] | None) -> str:
         parts.append(format_accepted(int(stats["accepted_tokens"]), int(stats["drafted_tokens"])))
     if stats.get("speedup") is not None and stats.get("drafted_tokens"):
         parts.append(f"{format_speedup(float(stats['speedup']))} vs plain")
+    if stats.get("busy") and stats.get("tokens"):
+        parts.append("timed while the machine was busy")
     stop = stats.get("stop")
     if stop in ("cancelled", "window closed", "interrupted"):
         parts.append("stopped" if stop == "cancelled" else "interrupted")
@@ -82,6 +88,10 @@ class ChatView(QTextBrowser):
         self.setPlaceholderText("Start the conversation below.")
         self.document().setDocumentMargin(16)
         self.highlight_drafted = True
+        # Even streaming: bursts of tokens revealed over a round's time.
+        self.pacing = True
+        self.pacer = StreamPacer()
+        self.clock: Callable[[], float] = time.monotonic
         self.messages: list[ChatMessage] = []
         self._streaming: ChatMessage | None = None
         self._stream_anchor = 0
@@ -108,6 +118,7 @@ class ChatView(QTextBrowser):
 
     # ---- the streaming reply
     def begin_reply(self) -> ChatMessage:
+        self.pacer.reset()
         reply = ChatMessage("assistant", "")
         self.messages.append(reply)
         self._streaming = reply
@@ -117,21 +128,49 @@ class ChatView(QTextBrowser):
         self._render_stream()
         return reply
 
-    def add_to_reply(self, text: str, drafted: tuple[bool, ...]) -> None:
+    def add_to_reply(self, text: str, drafted: tuple[bool, ...], round_s: float = 0.0) -> None:
+        """A round's text arrived (``round_s``: how long that round took)."""
         if self._streaming is None:
+            return
+        if self.pacing:
+            self._show(*self.pacer.push(text, drafted, round_s, self.clock()))
+        else:
+            self._show(text, drafted)
+
+    def flush_reply(self) -> None:
+        """Reveal what is due and re-render the streaming reply if it changed
+        (called from the window's repaint timer)."""
+        if self._streaming is None:
+            return
+        if self.pacer.pending:
+            self._show(*self.pacer.take(self.clock()))
+        if self._stream_dirty:
+            self._render_stream()
+
+    def set_pacing(self, on: bool) -> None:
+        self.pacing = on
+        if not on:
+            self._show(*self.pacer.flush())
+
+    def streamed(self) -> tuple[str, tuple[bool, ...]]:
+        """The streaming reply as far as it arrived, shown or held back, with
+        its drafted flags (what is saved); ("", ()) when none streams."""
+        if self._streaming is None:
+            return "", ()
+        text, drafted = self.pacer.held()
+        return self._streaming.text + text, (*self._streaming.drafted, *drafted)
+
+    def _show(self, text: str, drafted: tuple[bool, ...] | list[bool]) -> None:
+        if self._streaming is None or not text:
             return
         self._streaming.text += text
         self._streaming.drafted.extend(drafted)
         self._stream_dirty = True
 
-    def flush_reply(self) -> None:
-        """Re-render the streaming reply if it changed (called from a timer)."""
-        if self._streaming is not None and self._stream_dirty:
-            self._render_stream()
-
     def end_reply(self, footer: str) -> None:
         if self._streaming is None:
             return
+        self._show(*self.pacer.flush())
         self._streaming.footer = footer
         self._render_stream(final=True)
         self._streaming = None

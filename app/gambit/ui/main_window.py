@@ -9,6 +9,7 @@ from PySide6.QtGui import QAction, QCloseEvent
 from PySide6.QtWidgets import QInputDialog, QListWidgetItem, QMenu, QSplitter, QToolBar
 
 from gambit.engine.decoder import GenerationConfig
+from gambit.engine.pacing import REPAINT_S
 from gambit.errors import GambitError
 from gambit.models.library import ModelLibrary
 from gambit.models.settings_check import model_file_problems
@@ -90,7 +91,7 @@ class MainWindow(WindowPanes):
         self._build_toolbar()
         self._build_status_bar()
         self._repaint = QTimer(self)  # streaming text repaints on a timer, not per token
-        self._repaint.setInterval(50)
+        self._repaint.setInterval(round(REPAINT_S * 1000))
         self._repaint.timeout.connect(self.chat.flush_reply)
         self._repaint.start()
         self._autosave = QTimer(self)
@@ -309,12 +310,12 @@ class MainWindow(WindowPanes):
     @Slot()
     def _save_partial(self) -> None:
         """Write the reply as far as it has streamed, if it grew since the last write."""
-        streaming = self.chat.streaming
-        if self._reply_id is None or streaming is None or streaming.text == self._saved_text:
+        text, drafted = self.chat.streamed()  # held back by even streaming too
+        if self._reply_id is None or self.chat.streaming is None or text == self._saved_text:
             return
-        stats = {"stop": "interrupted", "drafted": run_lengths(tuple(streaming.drafted))}
+        stats = {"stop": "interrupted", "drafted": run_lengths(drafted)}
         try:
-            self.store.update_message(self._reply_id, streaming.text, False, stats)
+            self.store.update_message(self._reply_id, text, False, stats)
         except Exception as exc:
             # Not again for this reply (a locked file would stall the window each
             # time); the write at the end tries once more and says if it fails.
@@ -322,11 +323,11 @@ class MainWindow(WindowPanes):
             log.warning("could not save the streaming reply: %s", exc)
             self.statusBar().showMessage(f"The reply is not being saved: {exc}", 10000)
             return
-        self._saved_text = streaming.text
+        self._saved_text = text
 
     @Slot(object)
     def _on_delta(self, delta: ReplyDelta) -> None:
-        self.chat.add_to_reply(delta.text, delta.drafted)
+        self.chat.add_to_reply(delta.text, delta.drafted, delta.round_s)
         if delta.snapshot is not None:
             self.stats.set_snapshot(delta.snapshot)
 
@@ -367,8 +368,7 @@ class MainWindow(WindowPanes):
 
     def _finish_reply(self, result: ReplyResult | None, error: str | None) -> None:
         self._autosave.stop()
-        streaming = self.chat.streaming
-        text = result.text if result else (streaming.text if streaming else "")
+        text = result.text if result else self.chat.streamed()[0]
         failure: Exception | None = None
         stats = stats_dict(result, error)
         if self._reply_id is not None:
@@ -499,6 +499,7 @@ class MainWindow(WindowPanes):
         self.settings_store.save(new)
         self.speculation_action.setChecked(new.speculation)
         self.chat.set_highlight(new.highlight_drafted)
+        self.chat.set_pacing(new.even_streaming)
         self.stats.setVisible(new.show_stats)
         # (RELOADS: the settings declared reloads=True in storage/settings.py)
         if any(getattr(old, f) != getattr(new, f) for f in RELOADS) and not self.generating:
@@ -546,8 +547,7 @@ class MainWindow(WindowPanes):
         self._closing = True
         if self.generating and self._reply_id is not None:
             # Save what has streamed so far before anything else can fail.
-            streaming = self.chat.streaming
-            partial = streaming.text if streaming else ""
+            partial = self.chat.streamed()[0]
             try:
                 self.store.update_message(self._reply_id, partial, False, {"stop": "window closed"})
             except Exception:  # closing must not fail: the last autosave is what remains

@@ -41,11 +41,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gambit.bench import (
+    DRAFTER_LABELS,
+    MeasureOutcome,
+    MeasureProgress,
+    MeasureRequest,
+    report_csv,
+)
 from gambit.engine.drafters.registry import DRAFTING, spec
 from gambit.errors import GambitError
-from gambit.measure import DRAFTER_LABELS, MeasureProgress
-from gambit.measure_history import MeasureOutcome, MeasureRequest
-from gambit.measure_report import report_csv
 from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage import measurements
 from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations
@@ -476,8 +480,9 @@ class MeasureDialog(QDialog):
         )  # fmt: skip
         self.cancel_button.setEnabled(running)
         # (a child disabled on its own, like a drafter that is not loaded, stays so)
-        for w in (self.chats_group, self.compare_group, self.max_tokens, self.results.apply_button):
+        for w in (self.chats_group, self.compare_group, self.max_tokens):
             w.setEnabled(not running)
+        self.results.apply_button.setEnabled(not running and self.results.can_apply)
         has_report = self.results.report is not None
         self.export_json_button.setEnabled(has_report)
         self.export_csv_button.setEnabled(has_report)

@@ -39,9 +39,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gambit.bench import TARGET_ONLY
+from gambit.bench import PAYS_FROM, TARGET_ONLY
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING
-from gambit.measure_report import PAYS_FROM
+from gambit.engine.metrics import format_speedup
 from gambit.ui import theme
 
 # Colours of the configurations in the scatter, in the report's order.
@@ -180,6 +180,7 @@ class MeasureResults(QWidget):
         words.addWidget(self.headline)
         words.addWidget(self.reason)
         words.addWidget(self.source)
+        self.can_apply = False  # a recommendation is shown, and it has something to apply
         self.apply_button = _named(QPushButton("Apply"), "applyButton")
         self.apply_button.setToolTip("Use this drafter and policy from now on (saved in Settings)")
         self.apply_button.clicked.connect(self.apply_requested)
@@ -198,7 +199,7 @@ class MeasureResults(QWidget):
         self.bars.setToolTip(
             f"Green pays (at least {PAYS_FROM:.2f}x), amber gains less than "
             f"{PAYS_FROM - 1:.0%}, red is slower than plain decoding (grey, 1.00x); "
-            "pale: the policy never drafted, so it claims no speedup (1.00x)"
+            "pale: no draft of it was accepted, so it claims no speedup (—)"
         )
         self.scatter = _Chart("scatterChart", "Each conversation: acceptance vs speedup")
         charts.addWidget(self.bars, 1)
@@ -236,6 +237,8 @@ class MeasureResults(QWidget):
         )
         self.reason.setText(rec["reason"][:1].upper() + rec["reason"][1:] + ".")
         self.apply_button.setText("Switch speculation off" if rec["off"] else "Apply")
+        self.can_apply = rec.get("apply", True) is not False  # thin evidence: nothing to apply
+        self.apply_button.setEnabled(self.can_apply)
         self.source.setText(_source_line(report))
         self.regime.setText(report["regime"]["sentence"])
         self._fill_table(report, palette)
@@ -278,16 +281,17 @@ class MeasureResults(QWidget):
         categories = []
         top = 1.2
         for m in reversed(modes):  # a horizontal chart draws its first category lowest
-            value = round(float(figures[m["name"]]["speedup"]), 2)
             f = figures[m["name"]]
+            claimed = f.get("speedup")
+            value = round(float(claimed), 2) if claimed is not None else 1.0
             tone = (
                 "plain" if m["name"] == TARGET_ONLY
-                else "idle" if not f.get("drafted_tokens", 1)
+                else "idle" if claimed is None
                 else _tone(value)
             )  # fmt: skip
             for k, s in sets.items():
                 s.append(value if k == tone else 0.0)
-            categories.append(f"{short_label(m)}  {value:.2f}x")
+            categories.append(f"{short_label(m)}  {format_speedup(claimed)}")
             top = max(top, value * 1.1)
         series = QHorizontalStackedBarSeries()
         series.setBarWidth(0.55)
@@ -339,8 +343,8 @@ class MeasureResults(QWidget):
             titles = []
             for conv in report["conversations"]:
                 f = conv["modes"].get(m["name"])
-                if f is None or not f.get("drafted_tokens", 1):
-                    continue  # no bet placed in this conversation: nothing to plot
+                if f is None or f.get("speedup") is None:
+                    continue  # no draft accepted in this conversation: nothing to plot
                 series.append(QPointF(100.0 * f["acceptance_rate"], f["speedup"]))
                 titles.append(f"{conv['title']} ({conv['kind']}, {conv['turns']} turns)")
                 top = max(top, f["speedup"] * 1.1)
@@ -396,12 +400,12 @@ class MeasureResults(QWidget):
         for row, m in enumerate(modes):
             f = figures[m["name"]]
             plain = m["name"] == TARGET_ONLY
-            idle = not plain and not f.get("drafted_tokens", 1)
+            idle = not plain and f.get("speedup") is None
             divergence = f.get("divergence_rate")
             cells = [
                 m["label"],
-                f"{f['speedup']:.2f}x",
-                "—" if plain or idle else f"{f['acceptance_rate']:.0%}",
+                format_speedup(f.get("speedup")),
+                "—" if plain or not f.get("drafted_tokens") else f"{f['acceptance_rate']:.0%}",
                 f"{f['tokens_per_round']:.2f}",
                 f"{f['p50_ms']:.1f}",
                 f"{f['p99_ms']:.1f}",

@@ -38,6 +38,7 @@ def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
         "acceptance_rate": s.acceptance_rate,
         "ttft_ms": s.ttft_ms,
         "p99_ms": s.p99_ms,
+        "busy": s.busy,  # other programs kept the cores busy meanwhile (None: quiet)
         "speculation": result.speculation,
         # run-length encoded per-character drafted flags, to redraw the highlight
         "drafted": run_lengths(result.drafted),

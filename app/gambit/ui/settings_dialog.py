@@ -210,6 +210,7 @@ class SettingsDialog(SettingsPages):
             "exact_kernels": self.exact_kernels_check,
             "highlight_drafted": self.highlight_drafted_check,
             "show_stats": self.show_stats_check,
+            "even_streaming": self.even_streaming_check,
             "temperature": self.temperature_spin,
             "top_k": self.top_k_spin,
             "top_p": self.top_p_spin,

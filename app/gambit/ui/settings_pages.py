@@ -247,12 +247,15 @@ class SettingsPages(QDialog):
         self.highlight_drafted_check.setObjectName("highlightDraftedCheck")
         self.show_stats_check = QCheckBox(SETTINGS["show_stats"].label)
         self.show_stats_check.setObjectName("showStatsCheck")
+        self.even_streaming_check = QCheckBox(SETTINGS["even_streaming"].label)
+        self.even_streaming_check.setObjectName("evenStreamingCheck")
 
         display = QVBoxLayout()
         display.setContentsMargins(0, 0, 0, 0)
         display.setSpacing(8)
         display.addWidget(help_line(self.highlight_drafted_check, "highlight_drafted"))
         display.addWidget(help_line(self.show_stats_check, "show_stats"))
+        display.addWidget(help_line(self.even_streaming_check, "even_streaming"))
         display_label = QLabel("Display:")
         display_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
 

@@ -298,6 +298,11 @@ class StatsPanel(QDockWidget):
         v["speedupValue"].setText(format_speedup(s.speedup))
         tone = speedup_tone(s.speedup) if s.speedup is not None else "neutral"
         self._set_tone(v["speedupValue"], tone)
+        busy = (
+            f"Timed while the machine was busy: {s.busy}; the figures may be off." if s.busy else ""
+        )
+        self._busy.setText(busy)
+        self._busy.setVisible(bool(busy))
         v["ttftValue"].setText(format_ms(s.ttft_ms) if s.n_tokens else PLACEHOLDER)
         has_gaps = s.n_tokens > 1
         v["p50Value"].setText(format_ms(s.p50_ms) if has_gaps else PLACEHOLDER)
@@ -359,6 +364,7 @@ class StatsPanel(QDockWidget):
             label.setText(PLACEHOLDER)
         for label in self._shape_tile:
             label.setVisible(False)
+        self._busy.setVisible(False)
         self._set_tone(self._values["speedupValue"], "neutral")
 
     def _reset_axes(self) -> None:
@@ -432,10 +438,12 @@ class StatsPanel(QDockWidget):
         layout.setSpacing(4)
 
         # What was loaded, in caption lines; each hidden while it has nothing to say.
-        self._backend, self._drafter, self._kernels, self._target = (
+        self._backend, self._drafter, self._kernels, self._target, self._busy = (
             self._info_line(layout, name, wrap=name != "backendValue")
-            for name in ("backendValue", "drafterValue", "kernelsValue", "targetValue")
-        )
+            for name in (
+                "backendValue", "drafterValue", "kernelsValue", "targetValue", "busyValue"
+            )
+        )  # fmt: skip
 
         # The figures first (speed, drafting, latency), then the charts: the headline
         # numbers never need scrolling, and the charts share the height that is left.

@@ -47,6 +47,7 @@ class WindowPanes(QMainWindow):
         col.setContentsMargins(4, 8, 8, 8)
         self.chat = ChatView()
         self.chat.highlight_drafted = self.settings.highlight_drafted
+        self.chat.pacing = self.settings.even_streaming
         self.input = named(InputEdit(), "inputEdit")
         self.input.setPlaceholderText("Message Gambit — Enter to send, Shift+Enter for a new line")
         self.input.setFixedHeight(96)

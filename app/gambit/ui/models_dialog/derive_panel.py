@@ -120,7 +120,9 @@ class DerivePanel(QGroupBox):
     def _show_estimate(self) -> None:
         advice = self.advice
         option = advice.option(self.combo.currentData()) if advice else None
-        text = f"{option.estimate()} {advice.curve.source}" if option and advice else ""
+        text = ""
+        if option and advice:
+            text = f"{option.estimate()} {advice.curve.source} {advice.small_model()}"
         self.estimate_label.setText(text)
         self.estimate_label.setVisible(bool(text))
 
