@@ -294,7 +294,8 @@ def test_side_gain_is_learned_from_tree_rounds() -> None:
     assert ctrl.side_gain < 0.01
     # The chain's own acceptance saw only the main chain: 1 of 2 positions each time.
     assert ctrl.acceptance.alpha[0] > 0.95 and ctrl.acceptance.alpha[1] < 0.05
-    assert ctrl.next_gamma() == 1
+    assert ctrl.acceptance.estimate()[1] < 0.15  # (shrunk a little towards the pool)
+    assert ctrl.next_gamma() >= 1
     assert ctrl.next_side_nodes() == 0  # side nodes that never win are not bought
 
 
@@ -383,7 +384,8 @@ def test_two_early_rejections_do_not_switch_a_paying_draft_off() -> None:
     # estimate now says (α_1 ≈ 0.71, expected < 1x), but 7 rounds say little.
     for _ in range(2):
         run(ctrl.next_gamma(), 0)
-    assert ctrl._best()[2] < GammaController.OFF_BELOW  # the estimate alone says off
+    own = ctrl._speedups(ctrl.acceptance.alpha)  # each position's own outcomes alone say off
+    assert float(own.max()) < GammaController.OFF_BELOW
     assert ctrl.on
     assert ctrl.next_gamma() > 0
 

@@ -172,7 +172,7 @@ class GammaController:
             state = _HintState(AcceptanceModel(self.gamma_max, self.prior_alpha))
             self._hints[hint] = state
             # Start from what the calibration and the prior predict.
-            alpha = state.acceptance.alpha
+            alpha = state.acceptance.estimate()
             state.on = float(self._speedups(alpha).max()) >= self.OFF_BELOW
         return state
 
@@ -417,7 +417,7 @@ class GammaController:
 
     def _best(self) -> tuple[int, int, float]:
         """The best (γ, side nodes) and its expected speedup."""
-        speedups = self._speedups(self.acceptance.alpha)
+        speedups = self._speedups(self.acceptance.estimate())
         g, w = np.unravel_index(int(np.argmax(speedups)), speedups.shape)
         return int(g) + 1, int(w), float(speedups[g, w])
 

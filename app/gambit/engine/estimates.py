@@ -19,6 +19,9 @@ import numpy as np
 COST_WEIGHT = 0.1
 ACCEPT_WEIGHT = 0.15
 PRIOR_WEIGHT = 0.25  # the acceptance prior, in observations
+# What the pooled acceptance of all positions weighs in each position's estimate,
+# in outcomes (AcceptanceModel.estimate).
+POOL_WEIGHT = 4.0
 # CostModel's figures besides the t(k) curve that a stored calibration keeps.
 _STORED_RATIOS = ("draft_ratio", "draft_extra_ratio", "catch_up_ratio")
 
@@ -215,11 +218,21 @@ class CostModel:
 
 @dataclass
 class AcceptanceModel:
-    """Per-position acceptance α_i as exponentially weighted estimates."""
+    """Per-position acceptance α_i as exponentially weighted estimates.
+
+    Deep positions are tried rarely (only when every position before them was
+    accepted), so their own estimates rest on a few outcomes: one rejection at
+    position 9 after five rounds put α_9 at 0.69 while every other position of
+    the cost-scaled pair read 0.98, and the policy then drafted 8 where 12-16
+    paid best. ``estimate()`` therefore shrinks each position's own estimate
+    towards the pooled acceptance of all positions, by POOL_WEIGHT
+    pseudo-outcomes: a position with many outcomes keeps its own figure, one
+    with few borrows from the rest.
+    """
 
     gamma_max: int
     prior: float = 0.6
-    alpha: np.ndarray = field(init=False)  # index i-1: α_i
+    alpha: np.ndarray = field(init=False)  # index i-1: α_i, from position i's outcomes alone
     seen: np.ndarray = field(init=False)  # index i-1: rounds that tried position i
 
     def __post_init__(self) -> None:
@@ -243,18 +256,37 @@ class AcceptanceModel:
             tail = self.alpha[n:]
             tail += ACCEPT_WEIGHT / 2 * (self.alpha[n - 1] - tail)
 
+    def _weights(self) -> np.ndarray:
+        """Each position's own estimate, in outcomes: those seen, at most the
+        running mean's memory (~2 / ACCEPT_WEIGHT)."""
+        weights: np.ndarray = np.minimum(self.seen, 2.0 / ACCEPT_WEIGHT - 1.0).astype(float)
+        return weights
+
+    def estimate(self) -> np.ndarray:
+        """α_i for deciding: each position's own estimate shrunk towards the
+        pooled one (the outcome-weighted mean of all positions) by
+        POOL_WEIGHT pseudo-outcomes; the prior's drift where nothing was seen."""
+        n = self._weights()
+        if not n.any():
+            unseen: np.ndarray = self.alpha.copy()
+            return unseen
+        pooled = float((n * self.alpha).sum() / n.sum())
+        shrunk = (n * self.alpha + POOL_WEIGHT * pooled) / (n + POOL_WEIGHT)
+        estimate: np.ndarray = np.where(self.seen > 0, shrunk, self.alpha)
+        return estimate
+
     def optimistic(self, z: float = 1.0) -> np.ndarray:
-        """α_i raised by ``z`` standard errors of its estimate, at most 1.
+        """The estimate raised by ``z`` standard errors, at most 1.
 
         The estimates are means of Bernoulli outcomes over an effective sample
-        of the outcomes seen so far, at most ~2 / ACCEPT_WEIGHT (the running
-        mean's memory): after a few rounds one rejection moves α_i a lot, and
-        is worth that little."""
-        n = np.minimum(self.seen, 2.0 / ACCEPT_WEIGHT - 1.0)
-        a = self.alpha
+        of the outcomes seen so far (plus the pooled pseudo-outcomes), at most
+        ~2 / ACCEPT_WEIGHT: after a few rounds one rejection moves α_i a lot,
+        and is worth that little."""
+        n: np.ndarray = self._weights() + np.where(self.seen > 0, POOL_WEIGHT, 0.0)
+        a = self.estimate()
         optimistic: np.ndarray = np.minimum(1.0, a + z * np.sqrt(a * (1.0 - a) / (n + 1.0)))
         return optimistic
 
     def expected_tokens(self, gamma: int) -> float:
-        """E[tokens | γ] = 1 + Σ_{i≤γ} Π_{j≤i} α_j."""
-        return 1.0 + float(np.cumprod(self.alpha[:gamma]).sum())
+        """E[tokens | γ] = 1 + Σ_{i≤γ} Π_{j≤i} α_j (with the estimate)."""
+        return 1.0 + float(np.cumprod(self.estimate()[:gamma]).sum())
