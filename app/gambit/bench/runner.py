@@ -106,6 +106,10 @@ def run_once(
         if rounds is not None:
             rounds.append(rnd)
     stats.decode_s = engine.decode_seconds - d0
+    if controller is not None and stats.n_drafted:
+        # As the window and gambit-cli generate do after a reply that drafted:
+        # plain decoding re-timed on its context keeps the costs' t1 current.
+        engine.remeasure_baseline()
     return stats, tokens
 
 
