@@ -160,7 +160,10 @@ def test_layer_skip_request_finds_the_draft_then_loads(
         "Finding layers to skip: measuring block 7 of 30 — 23%",
         "Finding layers to skip: writing the draft — 100%",
     ]
-    assert progress[-1] == "Loading SmolLM2-135M-Instruct.Q4_1.gguf…"
+    # Then the engine says what its load does: the models, and the first timing of the pair.
+    loading = progress[3:]
+    assert "Loading SmolLM2-135M-Instruct.Q4_1.gguf…" in loading
+    assert any(line.startswith("Loading the draft ") for line in loading)
     assert info.drafter == "layerskip"
     assert info.draft_name is None  # the draft is the target itself, less two blocks
     assert info.drafter_detail == "skips blocks 10, 20 of 30 · chain"
@@ -262,3 +265,32 @@ def test_hundreds_of_turns_leak_neither_memory_nor_files(
         f"resident memory grew {grown_mib:.1f} MiB over {SOAK_TURNS - SOAK_WARM_UP} turns"
     )
     assert proc.num_fds() <= fds + 2
+
+
+def test_a_first_load_says_it_probes_the_kernels_and_times_the_pair(
+    qtbot: QtBot, worker: tuple[WorkerThread, Requests], smol_q8_0: Path, smol_q4_1: Path,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    thread, _ = worker
+    progress: list[str] = []
+    thread.worker.load_progress.connect(progress.append)
+    config = EngineConfig(
+        target=smol_q8_0, drafter="draft", draft=smol_q4_1, target_options=OPTIONS,
+        kernel_cache=tmp_path,  # nothing probed or timed here yet
+    )  # fmt: skip
+    _load(qtbot, worker, config)
+    assert progress == [
+        "Checking which llama.cpp kernels run SmolLM2-135M-Instruct.Q8_0.gguf here "
+        "(first load only)…",
+        "Loading SmolLM2-135M-Instruct.Q8_0.gguf…",
+        "Checking which llama.cpp kernels run SmolLM2-135M-Instruct.Q4_1.gguf here "
+        "(first load only)…",
+        "Loading the draft SmolLM2-135M-Instruct.Q4_1.gguf…",
+        "Timing this machine for the pair (first load only)…",
+    ]
+    progress.clear()
+    _load(qtbot, worker, config)  # the second time, both are known
+    assert progress == [
+        "Loading SmolLM2-135M-Instruct.Q8_0.gguf…",
+        "Loading the draft SmolLM2-135M-Instruct.Q4_1.gguf…",
+    ]

@@ -282,3 +282,51 @@ def test_prompt_lookup_on_repeated_text_keeps_the_plain_tokens() -> None:
     )
     assert tokens_of(rounds) == plain
     assert sum(r.n_accepted for r in rounds) >= 18  # the cycle is in the prompt
+
+
+class ReadingDrafter(ScriptedDrafter):
+    """A drafter that must decode what it is behind on, as a draft model does."""
+
+    def __init__(self, target: BigramTarget, behind: int) -> None:
+        super().__init__(target)
+        self._behind = behind
+        self.read: list[int] = []  # the length of each context it was asked to read
+
+    def behind(self, context: list[int]) -> int:
+        return self._behind
+
+    def prepare(self, context: list[int]) -> None:
+        self.read.append(len(context))
+        self._behind = 0
+
+
+def test_the_first_token_does_not_wait_for_a_drafter_that_must_read() -> None:
+    target = BigramTarget(cycle_table([1, 2, 3, 4, 5]))
+    drafter = ReadingDrafter(target, behind=40)
+    decoder = SpeculativeDecoder(target, drafter, FixedGamma(3))
+    rounds = list(decoder.generate([1, 2, 3], GenerationConfig(max_tokens=12, sampling=GREEDY)))
+    # The first round is plain, with the target's prompt processing before it ...
+    assert rounds[0].n_drafted == 0 and len(rounds[0].tokens) == 1
+    assert rounds[0].t_prompt_s > 0
+    # ... the drafter reads the prompt and the first token (all but the last,
+    # which its first draft decodes), counted as prompt processing, then drafts.
+    assert drafter.read == [3] and drafter.asked[:1] == [3]
+    assert rounds[1].t_prompt_s > 0 and rounds[1].n_drafted == 3
+    assert all(r.t_prompt_s == 0 for r in rounds[2:])
+
+
+def test_a_drafter_a_round_s_catch_up_behind_drafts_in_the_first_round() -> None:
+    target = BigramTarget(cycle_table([1, 2, 3, 4, 5]))
+    drafter = ReadingDrafter(target, behind=2)  # it holds all but the new turn's last tokens
+    decoder = SpeculativeDecoder(target, drafter, FixedGamma(3))
+    rounds = list(decoder.generate([1, 2, 3], GenerationConfig(max_tokens=12, sampling=GREEDY)))
+    assert rounds[0].n_drafted == 3
+
+
+def test_nothing_is_read_when_no_draft_could_follow() -> None:
+    target = BigramTarget(cycle_table([1, 2, 3, 4, 5]))
+    drafter = ReadingDrafter(target, behind=40)
+    decoder = SpeculativeDecoder(target, drafter, FixedGamma(3))
+    rounds = list(decoder.generate([1, 2, 3], GenerationConfig(max_tokens=2, sampling=GREEDY)))
+    assert [len(r.tokens) for r in rounds] == [1, 1]
+    assert drafter.read == [] and drafter.asked == []  # a 2-token reply drafts nothing

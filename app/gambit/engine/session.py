@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -98,16 +98,20 @@ class EngineConfig:
             raise ValueError("gamma_max must be 1 or more")
 
 
+Progress = Callable[[str], None]  # what a load is doing now, in a sentence
+
+
 def _choose_kernels(
     probe: KernelProbe,
     model: Path,
     options: RuntimeOptions,
     k_max: int,
     wanted: Literal["exact", "fast"] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[RuntimeOptions, KernelChoice]:
     """``options`` with the kernels the probe found best for ``wanted`` (default:
     what ``strict_batch_invariance`` asks for); options that name their kernels
-    already are kept as they are."""
+    already are kept as they are. ``progress`` hears of a probe that must run."""
     wanted = wanted or ("exact" if options.strict_batch_invariance else "fast")
     if options.kernels is not None or not model.is_file():  # (ModelRuntime says what is wrong)
         return options, KernelChoice(options.kernels or EXACT, wanted, None)
@@ -117,6 +121,8 @@ def _choose_kernels(
         why = "not probed: no layer runs on this CPU"
         return dataclasses.replace(options, kernels=config), KernelChoice(config, wanted, None, why)
     threads = options.n_threads or default_threads()
+    if progress is not None and probe.cached(model, threads, options.n_gpu_layers, k_max) is None:
+        progress(f"Checking which llama.cpp kernels run {model.name} here (first load only)…")
     verdict = probe.verdict(model, threads, options.n_gpu_layers, k_max)
     config = verdict.exact() if wanted == "exact" else verdict.fastest()
     return dataclasses.replace(options, kernels=config), KernelChoice(config, wanted, verdict)
@@ -142,9 +148,11 @@ class Engine:
     speculation without touching what the controller has learned.
     """
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, progress: Progress | None = None) -> None:
+        """``progress`` hears what the load is doing while it takes a while."""
         self.config = config
         self._ready = False
+        say = progress or (lambda _: None)
         target_options = config.target_options
         if self.tree:
             # One KV sequence per tree leaf: at most one per side node, plus the main chain's.
@@ -153,8 +161,9 @@ class Engine:
             )
         probe = KernelProbe(config.kernel_cache)
         target_options, self.target_kernels = _choose_kernels(
-            probe, config.target, target_options, self.node_max + 1
+            probe, config.target, target_options, self.node_max + 1, progress=progress
         )
+        say(f"Loading {config.target.name}…")
         self.target = open_target(config.target, target_options)
         # Where the target's layers live when workers hold some (None: all here).
         self.placement: TargetPlacement | None = (
@@ -167,7 +176,7 @@ class Engine:
         kind = spec(config.drafter)
         try:
             if kind.loads_model:
-                self.draft_runtime = self._load_draft(probe)
+                self.draft_runtime = self._load_draft(probe, progress)
             built = kind.build(
                 BuildInput(self.target, self.draft_runtime, config.draft, config.lookup_ngram_max)
             )
@@ -178,13 +187,13 @@ class Engine:
         self.drafter = drafter
         # A target on workers is left out: its costs are the network's of the day.
         self._cost_store = CostStore(config.kernel_cache if self.placement is None else None)
-        self.costs = self.measure_costs()
+        self.costs = self.measure_costs(progress)
         self.controller = self.new_controller(config.policy)
         self.decoder = SpeculativeDecoder(self.target, drafter, self.controller)
         self._chat: ChatPromptBuilder | None = None
         self._ready = True
 
-    def _load_draft(self, probe: KernelProbe) -> ModelRuntime:
+    def _load_draft(self, probe: KernelProbe, progress: Progress | None) -> ModelRuntime:
         """The draft model's runtime, for a drafter that loads one."""
         config = self.config
         if config.draft is None:  # a derived draft that was not derived (layer skip)
@@ -200,8 +209,10 @@ class Engine:
         # The draft's numerics cannot change what the target accepts:
         # it always runs the fastest kernels that work.
         draft_options, self.draft_kernels = _choose_kernels(
-            probe, config.draft, draft_options, self.node_max + 1, wanted="fast"
+            probe, config.draft, draft_options, self.node_max + 1, "fast", progress
         )
+        if progress is not None:
+            progress(f"Loading the draft {config.draft.name}…")
         return ModelRuntime(config.draft, draft_options)
 
     @property
@@ -227,7 +238,7 @@ class Engine:
             total += self.draft_runtime.decode_seconds
         return total
 
-    def measure_costs(self) -> CostModel:
+    def measure_costs(self, progress: Progress | None = None) -> CostModel:
         """t_target(k) and the draft step on this machine: as the last session
         with this pair left them (``CostStore``), else calibrated now (a second
         or so for small models); nothing without a drafter, where rounds
@@ -239,6 +250,8 @@ class Engine:
         kept = self._cost_store.load(key, k_max)
         if kept is not None:
             return kept
+        if progress is not None:
+            progress("Timing this machine for the pair (first load only)…")
         costs = calibrate(self.target, self.draft_runtime, k_max)
         self._cost_store.save(key, costs)
         return costs

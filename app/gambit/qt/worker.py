@@ -166,8 +166,7 @@ class EngineWorker(QObject):
                 assert callable(make_config)
                 config = make_config(self._default_model())
             assert isinstance(config, EngineConfig)
-            self.load_progress.emit(f"Loading {config.target.name}…")
-            engine = Engine(config)
+            engine = Engine(config, self.load_progress.emit)  # (it says what it does)
             engine.decoder.speculation_enabled = self._speculation
             self._engine = engine
             # A layer-skip draft is the target itself; drafter_detail describes it.

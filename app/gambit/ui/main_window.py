@@ -60,6 +60,8 @@ class MainWindow(WindowPanes):
         self._reply_id: int | None = None
         self._saved_text: str | None = None  # the reply's text as last written
         self._worker_lost: str | None = None  # why the engine went with a lost worker
+        # A setting that reloads the models changed while a reply was running.
+        self._reload_after_reply = False
         self._closing = False
         self._build()
         self._connect()
@@ -386,6 +388,9 @@ class MainWindow(WindowPanes):
             self._reply_id = None
             self._saved_text = None
             self._update_buttons()
+            if self._reload_after_reply and not self._closing:
+                self._reload_after_reply = False
+                self.load_engine()  # settings changed during the reply
         if failure is not None:
             if not self._closing:
                 self._report("The reply is shown but could not be saved", failure)
@@ -502,8 +507,12 @@ class MainWindow(WindowPanes):
         self.chat.set_pacing(new.even_streaming)
         self.stats.setVisible(new.show_stats)
         # (RELOADS: the settings declared reloads=True in storage/settings.py)
-        if any(getattr(old, f) != getattr(new, f) for f in RELOADS) and not self.generating:
-            self.load_engine()
+        if any(getattr(old, f) != getattr(new, f) for f in RELOADS):
+            if self.generating:  # the reply runs on the models it started with
+                self._reload_after_reply = True
+                self.statusBar().showMessage("The new settings apply when this reply ends.", 8000)
+            else:
+                self.load_engine()
         self._update_speculation_label()
         return True
 
