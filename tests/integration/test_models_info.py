@@ -16,7 +16,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -123,10 +122,7 @@ def variants(tmp_path_factory: pytest.TempPathFactory, smol_q4_1: Path) -> dict[
 
 
 def test_smollm2_metadata(smol_q4_1: Path) -> None:
-    t0 = time.perf_counter()
     info = inspect_model(smol_q4_1)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 1.0, f"reading the header took {elapsed:.2f} s"
     assert info.path == smol_q4_1
     assert info.architecture == "llama"
     assert info.block_count == 30

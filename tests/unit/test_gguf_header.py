@@ -185,7 +185,7 @@ def test_damaged_header_is_refused_in_one_line(tmp_path: Path, name: str, loader
     t0 = time.perf_counter()
     with pytest.raises(DamagedModelError) as info:
         LOADERS[loader](path)
-    assert time.perf_counter() - t0 < 2  # no loop over 2^61 elements
+    assert time.perf_counter() - t0 < 60  # a hang guard: a loop over 2^61 elements never ends
     message = str(info.value)
     assert message == f"the GGUF header is damaged: {says}: {path}"
     assert "\n" not in message
