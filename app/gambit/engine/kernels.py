@@ -290,7 +290,7 @@ class KernelProbe:
     ) -> KernelVerdict:
         """The verdict for ``model`` here: as found before for this file, or for
         another of the same layout (``layout_digest``); else probed now."""
-        keys = self._keys(model, n_threads, n_gpu_layers, k_max)
+        keys = _Keys(model, n_threads, n_gpu_layers, k_max)
         with self._lock:
             found = self._lookup(keys)
             if found is None:
@@ -304,23 +304,12 @@ class KernelProbe:
     ) -> KernelVerdict | None:
         """The verdict an earlier probe found for this model (or its layout) and
         machine, or None. Never probes: for estimates that must not cost a wait."""
-        keys = self._keys(model, n_threads, n_gpu_layers, k_max)
         with self._lock:
-            return self._lookup(keys)
+            return self._lookup(_Keys(model, n_threads, n_gpu_layers, k_max))
 
     # ---------------------------------------------------------------- the cache
-    @staticmethod
-    def _keys(model: Path, n_threads: int, n_gpu_layers: int, k_max: int) -> list[str]:
-        """Where a verdict is kept: by the file, and by its layout (when its
-        header can be read; ModelRuntime says what is wrong otherwise)."""
-        st = model.stat()
-        machine = [build_id(), cpu_id(), str(n_threads), str(n_gpu_layers), str(k_max)]
-        wheres = [[str(model.resolve()), str(st.st_size), str(st.st_mtime_ns)]]
-        with contextlib.suppress(GambitError, OSError, ValueError):
-            wheres.append(["layout", layout_digest(model)])
-        return [hashlib.sha256("\n".join(w + machine).encode()).hexdigest() for w in wheres]
-
-    def _lookup(self, keys: Sequence[str]) -> KernelVerdict | None:
+    def _lookup(self, keys: _Keys) -> KernelVerdict | None:
+        """Under the file's key, else under its layout's (read only then)."""
         on_disk = self._read_all()
         for key in keys:
             found = self._memory.get(f"{key} {self.command}") or _verdict_of(on_disk.get(key))
@@ -328,16 +317,17 @@ class KernelProbe:
                 return found
         return None
 
-    def _remember(self, keys: Sequence[str], verdict: KernelVerdict) -> None:
-        for key in keys:
+    def _remember(self, keys: _Keys, verdict: KernelVerdict) -> None:
+        every = list(keys)
+        for key in every:
             self._memory[f"{key} {self.command}"] = verdict
         path = self._file()
         if path is None:
             return
         data = self._read_all()
-        if all(key in data for key in keys):
+        if all(key in data for key in every):
             return
-        data.update({key: verdict.to_json() for key in keys})
+        data.update({key: verdict.to_json() for key in every})
         try:
             write_atomic(path, json.dumps(data, indent=1))
         except OSError as exc:  # a full disk costs a re-probe next time, nothing more
@@ -461,6 +451,29 @@ class KernelProbe:
         if started is None and not done:
             log.warning("kernel probe failed before any configuration: %s", why)
         return done, started, why
+
+
+class _Keys:
+    """Where a verdict for a model is kept, in the order to look: under the
+    file (path, size, time), then under its layout (``layout_digest``: its
+    header is read only when the file's key found nothing), each with the
+    llama.cpp build, the CPU, threads, GPU layers and batch sizes."""
+
+    def __init__(self, model: Path, n_threads: int, n_gpu_layers: int, k_max: int) -> None:
+        self.model = model
+        self.machine = [build_id(), cpu_id(), str(n_threads), str(n_gpu_layers), str(k_max)]
+
+    def _key(self, where: list[str]) -> str:
+        return hashlib.sha256("\n".join(where + self.machine).encode()).hexdigest()
+
+    def __iter__(self) -> Iterator[str]:
+        st = self.model.stat()
+        yield self._key([str(self.model.resolve()), str(st.st_size), str(st.st_mtime_ns)])
+        try:
+            layout = layout_digest(self.model)
+        except (GambitError, OSError, ValueError):
+            return  # an unreadable header: the load says what is wrong with it
+        yield self._key(["layout", layout])
 
 
 def _verdict_of(entry: object) -> KernelVerdict | None:
