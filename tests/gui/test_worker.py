@@ -20,6 +20,7 @@ from pytestqt.qtbot import QtBot
 
 from gambit.engine.chat import Message
 from gambit.engine.decoder import GenerationConfig, StopReason
+from gambit.engine.kernels import KernelProbe
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import EngineConfig
@@ -269,8 +270,10 @@ def test_hundreds_of_turns_leak_neither_memory_nor_files(
 
 def test_a_first_load_says_it_probes_the_kernels_and_times_the_pair(
     qtbot: QtBot, worker: tuple[WorkerThread, Requests], smol_q8_0: Path, smol_q4_1: Path,
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
+    # Nothing known: a cache of its own, and none of this process's verdicts.
+    monkeypatch.setattr(KernelProbe, "_memory", {})
     thread, _ = worker
     progress: list[str] = []
     thread.worker.load_progress.connect(progress.append)

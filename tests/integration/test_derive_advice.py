@@ -17,6 +17,7 @@ from gambit.formats.gguf_info import inspect_model
 from gambit.models.derive import requantize
 from gambit.models.derive_advice import (
     ASSUMED_ACCEPTANCE,
+    GAMMA_MAX,
     MIN_SAVING,
     CostCurve,
     advise,
@@ -77,19 +78,21 @@ def test_a_costly_verification_says_it_cannot_pay(smol_q8_0: Path) -> None:
 
 
 def test_the_cost_curve_comes_from_the_kernel_probe_when_cached(
-    tmp_path: Path, smol_q8_0: Path
+    tmp_path: Path, smol_q8_0: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A file of its own (verdicts are keyed by path), so that no probe run by
-    # another test in this process can have seen it.
+    # A cache of its own, and none of the verdicts this process found for the
+    # same layout (they are shared by layout): nothing is known of it yet.
+    monkeypatch.setattr(KernelProbe, "_memory", {})
     model = tmp_path / "own.Q8_0.gguf"
     try:
         os.link(smol_q8_0, model)
     except OSError:
         shutil.copy(smol_q8_0, model)
     assert cached_curve(model, n_threads=1, cache_dir=tmp_path) is None  # never probed
-    verdict = KernelProbe(tmp_path).verdict(model, 1, 0, 9)
+    k = GAMMA_MAX + 1
+    verdict = KernelProbe(tmp_path).verdict(model, 1, 0, k)
     curve = cached_curve(model, n_threads=1, cache_dir=tmp_path)
-    assert curve is not None and curve.measured and len(curve.ratios) == 9
+    assert curve is not None and curve.measured and len(curve.ratios) == k
     probed = verdict.result(verdict.exact())
     assert probed is not None
     assert curve.ratios[-1] == pytest.approx(probed.tk_s / probed.t1_s)

@@ -20,6 +20,7 @@ import gguf
 import numpy as np
 import pytest
 
+from gambit.engine.controller import DEFAULT_GAMMA_MAX
 from gambit.engine.drafters.draft_model import check_compatible
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import ModelNotFoundError, NotGGUFError
@@ -226,7 +227,7 @@ def test_search_plan_is_consistent(tmp_path: Path, smol_q4_1: Path) -> None:
     # a budget of 4 measures 3 single blocks, evenly spread, then combines them
     singles = [c.skipped for c in plan.candidates if c.stage == "single"]
     assert singles == [(1,), (15,), (28,)]
-    assert plan.verify_cost[0] == 1.0 and len(plan.verify_cost) == 9
+    assert plan.verify_cost[0] == 1.0 and len(plan.verify_cost) == DEFAULT_GAMMA_MAX + 1
     assert plan.summary().startswith(plan.info.describe())
     # its verdict in words: none only when drafting with it pays and saves enough
     saves = plan.draft_cost_ratio <= 1.0 - MIN_DRAFT_SAVING

@@ -70,10 +70,10 @@ def test_measurement_on_stored_turns(engine: Engine, tmp_path: Path) -> None:
     db = make_history(tmp_path / "conversations.sqlite3")
     digest = hashlib.sha256(db.read_bytes()).hexdigest()
     turns = read_turns(db, last=20)
-    configs, notes = plan(engine, ["lookup", "draft", "layerskip"], ["adaptive", "fixed=9"], True)
+    configs, notes = plan(engine, ["lookup", "draft", "layerskip"], ["adaptive", "fixed=17"], True)
     assert configs == [MeasureConfig("lookup"), MeasureConfig("draft")]
     assert any("layer skip left out" in n for n in notes)
-    assert any("fixed=9 left out" in n for n in notes)
+    assert any("fixed=17 left out" in n for n in notes)
     assert any("trees left out" in n for n in notes)
 
     before = _reply(engine)

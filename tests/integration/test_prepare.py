@@ -84,7 +84,7 @@ def test_a_prompt_not_worth_reading_is_left_unread(
         c.set_target(k, 0.010 * (1 + 0.1 * (k - 1)))
     c.t_draft = 0.002
     c.catch_up_ratio = 5.0
-    ctrl = GammaController(c)
+    ctrl = GammaController(c, gamma_max=8)
     ctrl.acceptance.alpha[:] = 0.9
     ctrl.acceptance.seen[:] = 20
     assert ctrl.on
