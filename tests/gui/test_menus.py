@@ -25,7 +25,7 @@ MENUS = {
     "viewMenu": ("View", ["statisticsAction", "sidebarAction"]),
     "toolsMenu": (
         "Tools",
-        ["speculationAction", "modelsAction", "settingsAction", "measureAction"],
+        ["speculationAction", "modelsAction", "settingsAction", "measureAction", "serverAction"],
     ),
     "helpMenu": ("Help", ["aboutAction", "openLogsAction"]),
 }

@@ -91,6 +91,9 @@ def _non_default(tmp_path: Path) -> Settings:
         highlight_drafted=False,
         show_stats=False,
         even_streaming=False,
+        server_host="0.0.0.0",
+        server_port=8123,
+        server_api_key="s3cret",
     )
 
 
@@ -178,6 +181,7 @@ def test_window_basics(make_dialog: MakeDialog) -> None:
         "Sampling",
         "Chat",
         "Workers",
+        "Server",
     ]
     assert _edit(dialog, "targetModelEdit").placeholderText() == "Embedded SmolLM2-135M-Instruct"
     assert not _error_label(dialog).isVisible()

@@ -29,6 +29,7 @@ def test_every_setting_has_a_widget_and_round_trips(qtbot: QtBot) -> None:
         max_tokens=100, system_prompt="Be brief.", threads=2, gpu_layers_target=-1,
         gpu_layers_draft=3, context_size=2048, exact_kernels=False, highlight_drafted=False,
         show_stats=False, rpc_workers=("127.0.0.1:50052",), worker_layers=4,
+        even_streaming=False, server_host="0.0.0.0", server_port=8123, server_api_key="k",
     )  # fmt: skip
     dialog._load(edited)
     assert dialog.settings() == edited
@@ -44,7 +45,7 @@ def test_every_spin_box_has_the_declared_range(qtbot: QtBot) -> None:
     assert set(spins) == {
         "context_size", "threads", "gpu_layers_target", "gpu_layers_draft", "fixed_gamma",
         "gamma_max", "tree_nodes", "temperature", "top_k", "top_p", "min_p",
-        "repeat_penalty", "seed", "max_tokens", "worker_layers",
+        "repeat_penalty", "seed", "max_tokens", "worker_layers", "server_port",
     }  # fmt: skip
     for name, widget in spins.items():
         assert isinstance(widget, (QSpinBox, QDoubleSpinBox))

@@ -8,8 +8,11 @@ these names from here, never a module inside.
   model (``targets``), the cost-model bound (``costs``), round parts timed
   mid-reply (``parts``) and the tables (``regimes_report``);
 - ``measure``, ``measure_history``, ``measure_report``: Measure on my chats,
-  replaying the user's own turns, and its recommendation.
+  replaying the user's own turns, and its recommendation;
+- ``served``: ``--through-server``, the local server's cost per token.
 """
+
+import argparse
 
 from gambit.bench.measure import DRAFTER_LABELS, MeasurementCancelledError, MeasureProgress
 from gambit.bench.measure_history import (
@@ -23,6 +26,18 @@ from gambit.bench.regimes import DEFAULT_TARGETS as REGIME_TARGETS
 from gambit.bench.regimes import DRAFTERS as REGIME_DRAFTERS
 from gambit.bench.regimes import run_regimes_cli
 from gambit.bench.runner import TARGET_ONLY, run_bench
+from gambit.engine.sampling import SamplingParams
+from gambit.engine.session import EngineConfig
+
+
+def run_served_bench(
+    args: argparse.Namespace, config: EngineConfig, sampling: SamplingParams
+) -> int:
+    """``gambit.bench.served``, imported here: the web stack loads only for it."""
+    from gambit.bench.served import run_served_bench as run
+
+    return run(args, config, sampling)
+
 
 __all__ = [
     "DRAFTER_LABELS",
@@ -39,4 +54,5 @@ __all__ = [
     "run_bench",
     "run_history_cli",
     "run_regimes_cli",
+    "run_served_bench",
 ]

@@ -18,8 +18,10 @@ from gambit.bench import (
     run_bench,
     run_history_cli,
     run_regimes_cli,
+    run_served_bench,
 )
 from gambit.cli.models import add_models_parser, run_models
+from gambit.cli.serve import add_serve_args, serve
 from gambit.cli.stop_signals import StopSignals
 from gambit.engine import rpc
 from gambit.engine.busy import LoadMeter
@@ -152,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate_parser(sub)
     _add_bench_parser(sub)
     add_models_parser(sub)
+    serve = sub.add_parser(
+        "serve", help="serve the models over an OpenAI-compatible API (docs: README)"
+    )
+    _add_model_args(serve)
+    _add_sampling_args(serve, temp_default=0.7)
+    add_serve_args(serve)
     return parser
 
 
@@ -211,6 +219,12 @@ def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     regimes.add_argument(
         "--out", type=Path, help="also write regimes.json, regimes.md and regimes.png here"
+    )
+    bench.add_argument(
+        "--through-server",
+        action="store_true",
+        help="the prompts directly and through the local OpenAI-compatible server, "
+        "alternately: what the server costs per token",
     )
     history = bench.add_argument_group(
         "history",
@@ -409,6 +423,15 @@ def summary_line(
     return " | ".join(parts)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    def say(line: str) -> None:
+        print(f"gambit-cli: {line}", file=sys.stderr, flush=True)
+
+    engine = Engine(_engine_config(args), say)
+    with _Closing(engine):
+        return serve(engine, args, _sampling(args))
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     if args.regimes:
         if args.rpc:
@@ -428,6 +451,8 @@ def _run_bench(args: argparse.Namespace) -> int:
         return run_history_cli(args, lambda: _engine_config(args))
     if args.prompts is None:
         raise GambitError("bench needs --prompts FILE (or --regimes, or --from-history)")
+    if args.through_server:
+        return run_served_bench(args, _engine_config(args), _sampling(args))
     # Ctrl-C sets an event that the bench checks between runs. A KeyboardInterrupt
     # could be lost: raised inside a ctypes callback (llama.cpp's log, while a
     # model loads), it is printed and dropped, and the bench ran on (seen in CI).
@@ -463,6 +488,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_bench(args)
         if args.command == "models":
             return run_models(args)
+        if args.command == "serve":
+            return cmd_serve(args)
     except OperationCancelledError as exc:  # a layer-skip search stopped by Ctrl-C
         print(f"gambit-cli: {exc}", file=sys.stderr)
         return 130

@@ -35,6 +35,7 @@ from gambit.engine.target_host import WorkerLostError
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.fsutil import Progress
 from gambit.models.drafter_files import DERIVATIONS, resolve_drafter_file
+from gambit.serve.jobs import Job, Outcome, run_job
 
 if TYPE_CHECKING:
     from gambit.bench import MeasureRequest
@@ -123,6 +124,7 @@ class EngineWorker(QObject):
     engine_lost = Signal(str, object)
     measure_progress = Signal(object)  # gambit.measure.MeasureProgress
     measure_finished = Signal(object)  # gambit.measure_history.MeasureOutcome
+    served = Signal(object)  # MetricsSnapshot of a reply the local server asked for
 
     def __init__(self) -> None:
         super().__init__()
@@ -294,6 +296,19 @@ class EngineWorker(QObject):
                 f"The generation crashed: {exc!r}",
                 self._partial(engine, tracker, text_parts, drafted),
             )
+
+    @Slot(object)
+    def serve(self, job: Job) -> None:
+        """A request of the local server (``gambit.serve``), in turn with the
+        window's own replies on this thread; its figures go to the panel too."""
+        if self._closing.is_set():
+            job.on_done(Outcome(finish_reason="cancelled"))
+            return
+        if self._engine is None:
+            job.on_done(Outcome(error="No model is loaded.", status=503))
+            return
+        job.on_snapshot = self.served.emit
+        run_job(self._engine, job)
 
     @Slot(object)
     def measure(self, request: MeasureRequest) -> None:

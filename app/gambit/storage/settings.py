@@ -36,6 +36,7 @@ from gambit.errors import GambitError
 from gambit.fsutil import write_atomic
 from gambit.storage import paths
 from gambit.storage.files import set_aside
+from gambit.storage.json_values import MISSING, coerce, expected, shown
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ TREE_HELP = (
 EXACT_KERNELS_HELP = (
     "Same tokens with speculation on and off at temperature 0; about 8 % slower decoding"
 )
+# The local server's address (gambit-cli serve's defaults too).
+DEFAULT_HOST = "127.0.0.1"  # this machine only, unless the user names another
+DEFAULT_PORT = 8000
 EVEN_STREAMING_HELP = "Spreads each burst of accepted tokens over a round's time."
 _INT_MAX = 2**31 - 1  # a spin box's top
 
@@ -284,6 +288,16 @@ class Settings:
         True, "Show statistics", help="Speed and acceptance rate under the chat."
     )
     even_streaming: bool = _setting(True, "Even streaming", help=EVEN_STREAMING_HELP)
+    # Local server (Tools → Local server; gambit-cli serve takes the same as flags)
+    server_host: str = _setting(
+        DEFAULT_HOST, "Server address", help="127.0.0.1: this machine only."
+    )
+    server_port: int = _setting(
+        DEFAULT_PORT, "Server port", low=1, high=65535, rule="must be between 1 and 65535."
+    )
+    server_api_key: str = _setting(
+        "", "API key", help="Empty: none. Else every request must send Authorization: Bearer KEY."
+    )
 
     def with_(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied (an unknown name is a TypeError)."""
@@ -459,8 +473,6 @@ class SettingsError(GambitError):
     """The settings could not be saved."""
 
 
-_MISSING = object()
-
 # Settings whose bad values crash llama.cpp when the engine loads (a negative
 # thread count does), with their rule: such a value is replaced by the default
 # when the file is read, so that the app always starts. Other values out of
@@ -468,50 +480,6 @@ _MISSING = object()
 _UNSAFE: dict[str, Callable[[int], str | None]] = {
     name: declared.problem for name, declared in SETTINGS.items() if declared.problem is not None
 }
-
-
-def _coerce(tp: Any, value: Any) -> Any:
-    """``value`` from JSON as the field type ``tp`` wants it, or _MISSING."""
-    if typing.get_origin(tp) is Literal:
-        return value if value in typing.get_args(tp) else _MISSING
-    if tp is bool:
-        return value if isinstance(value, bool) else _MISSING
-    # bool is an int subclass in Python; true/false is never a number here.
-    if isinstance(value, bool):
-        return _MISSING
-    if tp is int:
-        if isinstance(value, int):
-            return value
-        # 4.0 from a hand edit or another JSON writer means 4
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        return _MISSING
-    if tp is float:
-        if not isinstance(value, (int, float)):
-            return _MISSING
-        try:
-            return float(value)
-        except OverflowError:  # an integer with hundreds of digits
-            return _MISSING
-    if tp is str:
-        return value if isinstance(value, str) else _MISSING
-    if tp == tuple[str, ...]:  # a JSON list of texts
-        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
-        return tuple(value) if ok else _MISSING
-    raise TypeError(f"no JSON reading for settings of type {tp!r}")  # a new field type
-
-
-def _expected(tp: Any) -> str:
-    if typing.get_origin(tp) is Literal:
-        return "one of " + ", ".join(json.dumps(c) for c in typing.get_args(tp))
-    names = {bool: "true or false", int: "a whole number", float: "a number", str: "text",
-             tuple[str, ...]: "a list of texts"}  # fmt: skip
-    return names.get(tp, str(tp))
-
-
-def _shown(value: Any, limit: int = 40) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class SettingsStore:
@@ -554,22 +522,22 @@ class SettingsStore:
         for name, tp in _TYPES.items():
             if name not in data:
                 continue
-            value = _coerce(tp, data[name])
-            if value is not _MISSING and name in _UNSAFE:
+            value = coerce(tp, data[name])
+            if value is not MISSING and name in _UNSAFE:
                 problem = _UNSAFE[name](value)
                 if problem is not None:
                     message = (
                         f"{LABELS[name]} {problem} in {self.path.name}; using the default "
-                        f"({_shown(getattr(defaults, name))})."
+                        f"({shown(getattr(defaults, name))})."
                     )
                     log.warning("%s", message)
                     self.load_errors.append(message)
                     continue
-            if value is _MISSING:
+            if value is MISSING:
                 self.load_errors.append(
-                    f"{LABELS[name]}: expected {_expected(tp)} in {self.path.name}, "
-                    f"found {_shown(data[name])}; using the default "
-                    f"({_shown(getattr(defaults, name))})."
+                    f"{LABELS[name]}: expected {expected(tp)} in {self.path.name}, "
+                    f"found {shown(data[name])}; using the default "
+                    f"({shown(getattr(defaults, name))})."
                 )
             else:
                 values[name] = value

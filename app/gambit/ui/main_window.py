@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QCloseEvent
@@ -26,6 +27,9 @@ from gambit.ui.stats_panel import StatsPanel
 from gambit.ui.window_layout import WindowPanes
 from gambit.ui.window_widgets import LatencyProbe, named, open_message
 from gambit.ui.worker_lost import offer_local
+
+if TYPE_CHECKING:
+    from gambit.qt.served import LocalService  # (the web stack loads only when served)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,7 @@ class MainWindow(WindowPanes):
         self._worker_lost: str | None = None  # why the engine went with a lost worker
         # A setting that reloads the models changed while a reply was running.
         self._reload_after_reply = False
+        self.local_service: LocalService | None = None  # Tools → Local server, once opened
         self._closing = False
         self._build()
         self._connect()
@@ -125,6 +130,7 @@ class MainWindow(WindowPanes):
         w.loaded.connect(self._on_loaded)
         w.load_failed.connect(self._on_load_failed)
         w.delta.connect(self._on_delta)
+        w.served.connect(self.stats.set_snapshot)  # replies of the local server
         w.finished.connect(self._on_finished)
         w.failed.connect(self._on_failed)
         w.engine_lost.connect(self._on_engine_lost)
@@ -561,6 +567,8 @@ class MainWindow(WindowPanes):
                 self.store.update_message(self._reply_id, partial, False, {"stop": "window closed"})
             except Exception:  # closing must not fail: the last autosave is what remains
                 log.exception("could not save the reply while closing")
+        if self.local_service is not None:
+            self.local_service.stop()  # its requests end with the window's engine
         self.worker_thread.stop()
         self.store.close()
         super().closeEvent(event)

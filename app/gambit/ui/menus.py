@@ -22,6 +22,7 @@ from gambit.storage.paths import log_dir
 if TYPE_CHECKING:
     from gambit.ui.main_window import MainWindow
     from gambit.ui.measure_dialog import MeasureDialog
+    from gambit.ui.server_dialog import ServerDialog
 
 # Keys of about_lines() that the About box shows; the rest go to its details.
 ABOUT_KEYS = ("llama-cpp-python", "backend", "gpu offload", "kernels")
@@ -69,6 +70,7 @@ class MenuBar(QObject):
         self._build_menus()
         self._about: _AboutFetcher | None = None
         self._measure: MeasureDialog | None = None  # one per window: it outlives a close mid-run
+        self._server: ServerDialog | None = None
 
     # ----------------------------------------------------------------- actions
     def _action(self, text: str, name: str, tip: str, keys: list[QKeySequence]) -> QAction:
@@ -141,6 +143,12 @@ class MenuBar(QObject):
             [],
         )  # fmt: skip
         self.measure.triggered.connect(self.open_measure)
+        self.server = self._action(
+            "Local &server…", "serverAction",
+            "Serve the loaded models over an OpenAI-compatible API, for editors and scripts",
+            [],
+        )  # fmt: skip
+        self.server.triggered.connect(self.open_server)
 
         self.about = self._action("&About Gambit", "aboutAction", "Version and backend", [])
         self.about.setMenuRole(QAction.MenuRole.AboutRole)
@@ -174,6 +182,7 @@ class MenuBar(QObject):
         tools.addActions([w.models_action, w.settings_action])
         tools.addSeparator()
         tools.addAction(self.measure)
+        tools.addAction(self.server)
         menus["helpMenu"].addActions([self.about, self.open_logs])
         self.menus = menus
 
@@ -214,6 +223,26 @@ class MenuBar(QObject):
             return
         if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
             self.window.statusBar().showMessage(f"The log folder is {folder}", 10000)
+
+    @Slot()
+    def open_server(self) -> None:
+        """Tools → Local server (the web stack loads here, not at start-up)."""
+        from gambit.qt.served import LocalService
+        from gambit.ui.server_dialog import ServerDialog, ServerHost
+
+        w = self.window
+        if w.local_service is None:
+            w.local_service = LocalService(w.worker, lambda: w.engine_info)
+        if self._server is None:
+            host = ServerHost(
+                service=w.local_service,
+                settings=lambda: w.settings,
+                apply=w.apply_settings,
+                engine_info=lambda: w.engine_info,
+            )
+            self._server = ServerDialog(host, w)
+        self._server.show()
+        self._server.raise_()
 
     @Slot()
     def open_measure(self) -> None:

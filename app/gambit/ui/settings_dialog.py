@@ -85,6 +85,7 @@ class SettingsDialog(SettingsPages):
         self.tabs.addTab(self._chat_page(), "Chat")  # its text box grows and scrolls itself
         self.workers_page = WorkersPage()
         self.tabs.addTab(PageScroll(self.workers_page), "Workers")
+        self.tabs.addTab(PageScroll(self._server_page()), "Server")
 
         self.error_label = QLabel()
         self.error_label.setObjectName("errorLabel")
@@ -221,6 +222,9 @@ class SettingsDialog(SettingsPages):
             "system_prompt": self.system_prompt_edit,
             "rpc_workers": self.workers_page.list,
             "worker_layers": self.workers_page.layers_spin,
+            "server_host": self.server_host_edit,
+            "server_port": self.server_port_spin,
+            "server_api_key": self.server_api_key_edit,
         }
 
     def _reveal(self, problems: list[str]) -> None:

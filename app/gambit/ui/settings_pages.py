@@ -290,6 +290,22 @@ class SettingsPages(QDialog):
         reply.addRow(label("max_tokens"), help_line(left(self.max_tokens_spin), "max_tokens"))
         return page(group("Token choice", sampling), group("Reply", reply))
 
+    def _server_page(self) -> QWidget:
+        """The local server's address and key (Tools → Local server starts it)."""
+        self.server_host_edit = QLineEdit()
+        self.server_host_edit.setObjectName("serverHostEdit")
+        self.server_port_spin = spin("serverPortSpin", "server_port")
+        self.server_api_key_edit = QLineEdit()
+        self.server_api_key_edit.setObjectName("serverApiKeyEdit")
+        self.server_api_key_edit.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)
+        server = theme.form_layout()
+        server.addRow(label("server_host"), help_line(self.server_host_edit, "server_host"))
+        server.addRow(label("server_port"), left(self.server_port_spin))
+        server.addRow(
+            label("server_api_key"), help_line(self.server_api_key_edit, "server_api_key")
+        )
+        return page(group("Local server (Tools → Local server…)", server))
+
     def _chat_page(self) -> QWidget:
         self.system_prompt_edit = QPlainTextEdit()
         self.system_prompt_edit.setObjectName("systemPromptEdit")

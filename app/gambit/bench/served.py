@@ -1,0 +1,126 @@
+"""``gambit-cli bench --through-server``: does the local server cost anything per token?
+
+The same prompts, on the same loaded models, alternately through the engine
+directly (as ``gambit-cli generate`` runs it) and through the OpenAI-compatible
+server on this machine (``gambit.serve``: HTTP, the request's queue, the
+engine thread, server-sent events), each reply streamed. Compared: the rate
+at which a reply's tokens arrive after its first, as the caller sees them.
+A ratio of 1.00 means the server adds nothing per token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+from gambit.bench.runner import load_prompts
+from gambit.engine.chat import Message
+from gambit.engine.controller import GammaController
+from gambit.engine.decoder import GenerationConfig
+from gambit.engine.sampling import SamplingParams
+from gambit.engine.session import Engine, EngineConfig
+from gambit.serve.jobs import ThreadHost, model_name
+from gambit.serve.openai_api import ServeOptions, create_app
+from gambit.serve.prometheus import ServeMetrics
+from gambit.serve.server import LocalServer
+
+
+@dataclass
+class Rates:
+    """Tokens after each reply's first, and the seconds they took to arrive."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+    per_reply: list[float] = field(default_factory=list)
+
+    def add(self, tokens: int, seconds: float) -> None:
+        if tokens > 0 and seconds > 0:
+            self.tokens += tokens
+            self.seconds += seconds
+            self.per_reply.append(tokens / seconds)
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def _direct(engine: Engine, prompt: str, config: GenerationConfig) -> tuple[int, float]:
+    engine.target.clear()
+    if engine.draft_runtime is not None:
+        engine.draft_runtime.clear()
+    engine.chat_builder.forget()
+    times = [
+        rnd.elapsed_s for rnd in engine.chat([Message("user", prompt)], config) for _ in rnd.tokens
+    ]
+    return len(times) - 1, times[-1] - times[0] if len(times) > 1 else 0.0
+
+
+def _served(port: int, model: str, prompt: str, config: GenerationConfig) -> tuple[int, float]:
+    body = {
+        "model": model, "stream": True, "max_tokens": config.max_tokens,
+        "temperature": config.sampling.temperature, "seed": config.sampling.seed,
+        "messages": [{"role": "user", "content": prompt}],
+    }  # fmt: skip
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                 {"Content-Type": "application/json"})  # fmt: skip
+    response = conn.getresponse()
+    first = last = 0.0
+    tokens = 0
+    for line in response:
+        if not line.startswith(b"data: {"):
+            continue
+        chunk = json.loads(line[6:])
+        now = time.perf_counter()
+        if chunk["choices"][0]["delta"].get("content"):
+            first = first or now
+            last = now
+        if "gambit" in chunk:
+            tokens = int(chunk["usage"]["completion_tokens"])
+    conn.close()
+    # Chunks carry a round's text each: the tokens after the first chunk's.
+    return max(0, tokens - 1), last - first
+
+
+def run_served_bench(
+    args: argparse.Namespace, config: EngineConfig, sampling: SamplingParams
+) -> int:
+    prompts = load_prompts(args.prompts)[: args.limit or None]
+    if sampling.seed is None:
+        sampling = SamplingParams(**{**sampling.__dict__, "seed": 1234})
+    generation = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling)
+    engine = Engine(config)
+    name = model_name(config.target.name)
+    host = ThreadHost(engine, name)
+    # One controller for both paths, as the window's engine has one.
+    controller: GammaController = engine.controller
+    server = LocalServer(create_app(host, ServeOptions(), ServeMetrics()), "127.0.0.1", 0)
+    server.start()
+    direct, served = Rates(), Rates()
+    try:
+        _direct(engine, "Hello", GenerationConfig(max_tokens=8, sampling=sampling))  # warm up
+        for i, bp in enumerate(prompts * max(1, args.repeat)):
+            runs = [("direct", direct), ("served", served)]
+            for path, rates in runs if i % 2 == 0 else runs[::-1]:
+                if path == "direct":
+                    engine.use_controller(controller)
+                    rates.add(*_direct(engine, bp.prompt, generation))
+                else:
+                    rates.add(*_served(server.port, name, bp.prompt, generation))
+            print(f"  [{i + 1}] direct {direct.rate:6.1f} tok/s  served {served.rate:6.1f} tok/s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+    finally:
+        server.stop()
+        host.close()
+        engine.close()
+    ratio = served.rate / direct.rate if direct.rate else 0.0
+    n = len(direct.per_reply)
+    print(f"tokens after the first, as the caller receives them ({n} replies each)")
+    print(f"direct (as gambit-cli generate): {direct.rate:.1f} tok/s")
+    print(f"through the local server:        {served.rate:.1f} tok/s")
+    print(f"served / direct:                 {ratio:.3f}")
+    return 0

@@ -1,0 +1,378 @@
+"""An OpenAI-compatible HTTP API over Gambit's engine (Starlette; uvicorn serves it).
+
+- ``GET /v1/models``: the loaded target;
+- ``POST /v1/chat/completions``: with and without ``stream`` (server-sent
+  events, ending ``data: [DONE]``), ``temperature``, ``top_p``, ``max_tokens``
+  (or ``max_completion_tokens``), ``stop``, ``seed``; the model's chat
+  template, as in the window. Each response, and a stream's last chunk,
+  carries the speculation figures under ``"gambit"``;
+- ``GET /metrics``: Prometheus text (``gambit.serve.prometheus``).
+
+Safe by default: an API key, when set, is required on every route
+(``Authorization: Bearer …``, else 401); no CORS unless origins are named;
+request bodies and ``max_tokens`` are bounded; requests beyond
+``queue_max`` running or waiting get 429. Errors are OpenAI-style objects.
+A client that goes away stops its reply within a round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import math
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from gambit.engine.chat import Message
+from gambit.engine.decoder import GenerationConfig
+from gambit.engine.sampling import SamplingParams
+from gambit.serve.jobs import EngineHost, Job, Outcome
+from gambit.serve.prometheus import ServeMetrics
+
+BODY_MAX_BYTES = 4 * 1024 * 1024
+MAX_TOKENS_LIMIT = 32768  # as the settings' Max tokens
+STOP_MAX = 4  # as OpenAI's API
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    queue_max: int = 4  # requests running or waiting; beyond: 429
+    # Sampling for what a request leaves out (the server's own settings).
+    defaults: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int = 512
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str, param: str | None = None,
+                 code: str | None = None) -> None:  # fmt: skip
+        super().__init__(message)
+        self.status, self.kind, self.param, self.code = status, kind, param, code
+
+    def body(self) -> dict[str, Any]:
+        error = {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}
+        return {"error": error}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
+
+
+def _invalid(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, "invalid_request_error", param)
+
+
+class _Queue:
+    """A reply's text and outcome, handed from the engine thread to the request's task."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.items: asyncio.Queue[str | Outcome] = asyncio.Queue()
+
+    def put(self, item: str | Outcome) -> None:  # (engine thread)
+        with contextlib.suppress(RuntimeError):  # the server has stopped: nobody waits
+            self.loop.call_soon_threadsafe(self.items.put_nowait, item)
+
+
+def create_app(host: EngineHost, options: ServeOptions, metrics: ServeMetrics) -> Starlette:
+    api = _Api(host, options, metrics)
+    middleware = []
+    if options.cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(options.cors_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type"],
+            )
+        )
+    routes = [
+        Route("/v1/models", api.guard(api.models), methods=["GET"]),
+        Route("/v1/chat/completions", api.guard(api.chat), methods=["POST"]),
+        Route("/metrics", api.guard(api.metrics_text), methods=["GET"]),
+    ]
+    return Starlette(routes=routes, middleware=middleware)
+
+
+Endpoint = Callable[[Request], Any]
+
+
+class _Api:
+    def __init__(self, host: EngineHost, options: ServeOptions, metrics: ServeMetrics) -> None:
+        self.host = host
+        self.options = options
+        self.metrics = metrics
+        self.pending = 0  # requests running or waiting (the event loop's thread only)
+
+    def guard(self, endpoint: Endpoint) -> Endpoint:
+        """The API key check and OpenAI-style errors around ``endpoint``."""
+
+        async def guarded(request: Request) -> Response:
+            try:
+                self._authorize(request)
+                response: Response = await endpoint(request)
+            except ApiError as exc:
+                response = exc.response()
+            if request.url.path == "/v1/chat/completions":
+                self.metrics.request(response.status_code)
+            return response
+
+        return guarded
+
+    def _authorize(self, request: Request) -> None:
+        key = self.options.api_key
+        if not key:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip(), key):
+            raise ApiError(
+                401, "Invalid or missing API key: send Authorization: Bearer <key>.",
+                "invalid_request_error", code="invalid_api_key",
+            )  # fmt: skip
+
+    async def models(self, request: Request) -> Response:
+        model = self.host.model_id()
+        data = [{"id": model, "object": "model", "created": 0, "owned_by": "gambit"}]
+        return JSONResponse({"object": "list", "data": data if model else []})
+
+    async def metrics_text(self, request: Request) -> Response:
+        return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def chat(self, request: Request) -> Response:
+        body = await _json_body(request)
+        model = self.host.model_id()
+        if model is None:
+            raise ApiError(503, "No model is loaded.", "server_error", code="model_not_loaded")
+        asked = body.get("model")
+        if not isinstance(asked, str) or asked != model:
+            raise ApiError(
+                404, f"The model {asked!r} does not exist here: this server has {model!r}.",
+                "invalid_request_error", "model", "model_not_found",
+            )  # fmt: skip
+        messages = _messages(body.get("messages"))
+        config = self._config(body)
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise _invalid("stream must be true or false.", "stream")
+        if self.pending >= self.options.queue_max:
+            raise ApiError(
+                429, f"{self.pending} requests are running or waiting; try again shortly.",
+                "rate_limit_error", code="queue_full",
+            )  # fmt: skip
+        queue = _Queue(asyncio.get_running_loop())
+
+        def done(outcome: Outcome) -> None:  # (engine thread)
+            self.metrics.finished(outcome)  # counted even when nobody reads it any more
+            queue.put(outcome)
+
+        job = Job(messages, config, on_text=queue.put, on_done=done)
+        reply = _Reply(model)
+        self.pending += 1
+        self.metrics.started()
+        self.host.submit(job)
+        if stream:
+            return StreamingResponse(
+                self._stream(job, queue, reply), media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )  # fmt: skip
+        return await self._whole(request, job, queue, reply)
+
+    def _config(self, body: dict[str, Any]) -> GenerationConfig:
+        d = self.options.defaults
+        temperature = _number(body, "temperature", d.temperature, 0.0, 5.0)
+        top_p = _number(body, "top_p", d.top_p, 0.0, 1.0, low_open=True)
+        limit = min(MAX_TOKENS_LIMIT, max(1, self.host.context_size() - 1))
+        asked = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_tokens = self.options.max_tokens if asked is None else asked
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+            raise _invalid("max_tokens must be a whole number.", "max_tokens")
+        if not 1 <= max_tokens <= limit:
+            raise _invalid(
+                f"max_tokens must be between 1 and {limit:,} (the context holds "
+                f"{self.host.context_size():,} tokens).",
+                "max_tokens",
+            )
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise _invalid("seed must be a whole number.", "seed")
+        sampling = SamplingParams(
+            temperature=temperature, top_k=d.top_k, top_p=top_p, min_p=d.min_p,
+            repeat_penalty=d.repeat_penalty, seed=seed % 2**63 if seed is not None else d.seed,
+        )  # fmt: skip
+        return GenerationConfig(max_tokens, sampling, _stops(body.get("stop")))
+
+    async def _whole(self, request: Request, job: Job, queue: _Queue, reply: _Reply) -> Response:
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.items.get(), timeout=0.25)
+                except TimeoutError:
+                    if await request.is_disconnected():
+                        job.cancel.set()  # the reply stops within a round
+                    continue
+                if isinstance(item, str):
+                    reply.text += item
+                    continue
+                return reply.whole(self._finished(item))
+        finally:
+            self.pending -= 1
+            self.metrics.ended()
+
+    async def _stream(self, job: Job, queue: _Queue, reply: _Reply) -> AsyncIterator[str]:
+        try:
+            yield _event(reply.chunk({"role": "assistant", "content": ""}))
+            while True:
+                item = await queue.items.get()
+                if isinstance(item, str):
+                    yield _event(reply.chunk({"content": item}))
+                    continue
+                try:
+                    outcome = self._finished(item)
+                except ApiError as exc:
+                    yield _event(exc.body())
+                else:
+                    yield _event(reply.chunk({}, outcome))
+                yield "data: [DONE]\n\n"
+                return
+        finally:  # also when the client went away: its reply stops within a round
+            job.cancel.set()
+            self.pending -= 1
+            self.metrics.ended()
+
+    @staticmethod
+    def _finished(outcome: Outcome) -> Outcome:
+        if outcome.error is not None:
+            kind = "invalid_request_error" if outcome.status == 400 else "server_error"
+            raise ApiError(outcome.status, outcome.error, kind)
+        return outcome
+
+
+class _Reply:
+    """The response's fixed parts and the text so far."""
+
+    def __init__(self, model: str) -> None:
+        self.id = f"chatcmpl-{secrets.token_hex(12)}"
+        self.created = int(time.time())
+        self.model = model
+        self.text = ""
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def whole(self, outcome: Outcome) -> JSONResponse:
+        message = {"role": "assistant", "content": self.text}
+        body = self._head("chat.completion")
+        body["choices"] = [{"index": 0, "message": message, "finish_reason": outcome.finish_reason}]
+        body |= _tail(outcome)
+        return JSONResponse(body)
+
+    def chunk(self, delta: dict[str, Any], outcome: Outcome | None = None) -> dict[str, Any]:
+        body = self._head("chat.completion.chunk")
+        finish = outcome.finish_reason if outcome is not None else None
+        body["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
+        if outcome is not None:
+            body |= _tail(outcome)
+        return body
+
+
+def _tail(outcome: Outcome) -> dict[str, Any]:
+    f = outcome.figures
+    if f is None:
+        return {}
+    usage = {
+        "prompt_tokens": f.prompt_tokens,
+        "completion_tokens": f.completion_tokens,
+        "total_tokens": f.prompt_tokens + f.completion_tokens,
+    }
+    return {"usage": usage, "gambit": f.as_json()}
+
+
+def _event(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > BODY_MAX_BYTES:
+        raise ApiError(413, f"The request body is over {BODY_MAX_BYTES:,} bytes.",
+                       "invalid_request_error")  # fmt: skip
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > BODY_MAX_BYTES:
+            raise ApiError(413, f"The request body is over {BODY_MAX_BYTES:,} bytes.",
+                           "invalid_request_error")  # fmt: skip
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise _invalid(f"The request body is not valid JSON ({exc}).") from None
+    if not isinstance(body, dict):
+        raise _invalid("The request body must be a JSON object.")
+    return body
+
+
+def _messages(value: object) -> list[Message]:
+    if not isinstance(value, list) or not value:
+        raise _invalid("messages must be a non-empty list.", "messages")
+    out = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise _invalid(f"messages[{i}] needs a role of {', '.join(ROLES)}.", "messages")
+        out.append(Message(m["role"], _content(m.get("content"), i)))
+    if out[-1].role == "assistant":
+        raise _invalid("The last message must be the user's (or the system's).", "messages")
+    return out
+
+
+def _content(content: object, i: int) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: text only
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise _invalid(f"messages[{i}]: only text content is supported.", "messages")
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise _invalid(f"messages[{i}]: a text part needs its text.", "messages")
+            texts.append(text)
+        return "".join(texts)
+    raise _invalid(f"messages[{i}].content must be text.", "messages")
+
+
+def _number(body: dict[str, Any], name: str, default: float, low: float, high: float,
+            low_open: bool = False) -> float:  # fmt: skip
+    value = body.get(name)
+    if value is None:
+        return float(default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _invalid(f"{name} must be a number.", name)
+    if value < low or value > high or (low_open and value == low):
+        side = f"more than {low:g}" if low_open else f"at least {low:g}"
+        raise _invalid(f"{name} must be {side} and at most {high:g}.", name)
+    return float(value)
+
+
+def _stops(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise _invalid("stop must be a text or a list of texts.", "stop")
+    if len(stops) > STOP_MAX:
+        raise _invalid(f"stop takes at most {STOP_MAX} texts.", "stop")
+    return tuple(stops)
