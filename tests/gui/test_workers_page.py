@@ -31,7 +31,7 @@ def _dialog(qtbot: QtBot, settings: Settings) -> SettingsDialog:
     qtbot.waitExposed(dialog)
     tabs = dialog.findChild(QTabWidget)
     assert isinstance(tabs, QTabWidget)
-    tabs.setCurrentIndex(tabs.count() - 1)  # the Workers tab
+    tabs.setCurrentIndex(next(i for i in range(tabs.count()) if tabs.tabText(i) == "Workers"))
     return dialog
 
 

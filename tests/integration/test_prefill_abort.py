@@ -17,7 +17,7 @@ from gambit.engine.sampling import SamplingParams
 from gambit.errors import DecodeAbortedError
 
 # One decode for the whole prompt, so that only the callback can stop it midway.
-OPTIONS = RuntimeOptions(n_ctx=2048, n_batch=2048, n_threads=1)
+OPTIONS = RuntimeOptions(n_ctx=1024, n_batch=1024, n_threads=1)
 GREEDY = GenerationConfig(max_tokens=6, sampling=SamplingParams(temperature=0.0))
 
 
@@ -35,7 +35,7 @@ def test_stop_during_prefill_cancels_the_reply(
     smol_q4_1: Path, smol_q8_0: Path, drafted: bool
 ) -> None:
     with ModelRuntime(smol_q8_0, OPTIONS) as target, ModelRuntime(smol_q4_1, OPTIONS) as draft:
-        prompt = _long_prompt(target, 1800)
+        prompt = _long_prompt(target, 900)  # seconds of prompt processing, stopped at a tenth
         # How long the prompt takes, unstopped (and a reference reply).
         reference = SpeculativeDecoder(target)
         t0 = time.monotonic()
@@ -66,7 +66,7 @@ def test_stop_during_prefill_cancels_the_reply(
 
 def test_abort_event_stops_a_long_decode(smol_q4_1: Path) -> None:
     with ModelRuntime(smol_q4_1, OPTIONS) as rt:
-        prompt = _long_prompt(rt, 1500)
+        prompt = _long_prompt(rt, 900)
         rt.abort = threading.Event()
         rt.abort.set()
         with pytest.raises(DecodeAbortedError):
