@@ -99,24 +99,25 @@ def test_ordinary_templates_still_render() -> None:
 # ------------------------------------------------------- real model files, real processes
 
 
-def _with_template(src: Path, dst: Path, template: str) -> Path:
+def _with_template(src: gguf.GGUFReader, dst: Path, template: str) -> Path:
     def edit(name: str, value: object) -> object:
         return template if name == "tokenizer.chat_template" else value
 
-    copy_gguf(gguf.GGUFReader(src), dst, edit)
+    copy_gguf(src, dst, edit)
     return dst
 
 
 @pytest.fixture(scope="module")
 def hostile_models(tmp_path_factory: pytest.TempPathFactory, smol_q4_1: Path) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("hostile-templates")
+    src = gguf.GGUFReader(smol_q4_1)  # parsed once (seconds: 49k vocabulary strings)
     return {
-        "spin": _with_template(smol_q4_1, folder / "spin.gguf", SPIN),
-        "slow": _with_template(smol_q4_1, folder / "slow.gguf", SLOW),
+        "spin": _with_template(src, folder / "spin.gguf", SPIN),
+        "slow": _with_template(src, folder / "slow.gguf", SLOW),
         "raise": _with_template(
-            smol_q4_1, folder / "raise.gguf", "{{ raise_exception('System role not supported') }}"
+            src, folder / "raise.gguf", "{{ raise_exception('System role not supported') }}"
         ),
-        "syntax": _with_template(smol_q4_1, folder / "syntax.gguf", "{% if messages %}"),
+        "syntax": _with_template(src, folder / "syntax.gguf", "{% if messages %}"),
     }
 
 

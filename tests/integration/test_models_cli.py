@@ -156,7 +156,7 @@ def test_import_list_remove(home: Path, tmp_path: Path, smol_q4_1: Path, smol_q8
 
 
 def test_derive_with_measure(home: Path, smol_q8_0: Path) -> None:
-    proc = gambit("derive", smol_q8_0, "--type", "Q4_0", "--measure", "--threads", "1", home=home)
+    proc = gambit("derive", smol_q8_0, "--type", "Q4_0", "--measure", "--threads", "2", home=home)
     assert proc.returncode == 0, proc.stderr
     out = home / "data" / "models" / "SmolLM2-135M-Instruct.Q4_0.gguf"
     match = re.search(r"derived (.+) \(Q4_0, ([\d.]+) MB\) in ([\d.]+) s", proc.stdout)

@@ -86,7 +86,7 @@ def lan() -> Iterator[tuple[str, str]]:
         worker = f"{NET}.2:50052"
         procs.append(subprocess.Popen(
             ["ip", "netns", "exec", ns_b, sys.executable, "-m", "gambit.cli.worker",
-             "--host", f"{NET}.2", "--threads", "1", "--no-cache"],
+             "--host", f"{NET}.2", "--threads", "2", "--no-cache"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         ))  # fmt: skip
         relay = "127.0.0.1:50053"
@@ -124,7 +124,7 @@ def _bench(
     cli = str(Path(sys.executable).with_name("gambit-cli"))
     cmd = [*prefix, cli, "bench", "--target", str(target),
            *drafter, "--prompts", str(PROMPTS), "--limit", "2", "--max-tokens", "64",
-           "--threads", "1", "--policy", "adaptive", "--json"]  # fmt: skip
+           "--threads", "2", "--policy", "adaptive", "--json"]  # fmt: skip
     if rpc_to:
         cmd += ["--rpc", rpc_to]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
