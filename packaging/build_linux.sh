@@ -69,7 +69,7 @@ STAMP="$VENV/.gambit-llama-build"
 if [[ "${GAMBIT_NATIVE:-0}" == 1 ]]; then
     WANT="pip default"
 else
-    export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_RPC=ON}"
+    export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_RPC=ON -DLLAVA_BUILD=OFF}"
     WANT="$LLAMA_VERSION $CMAKE_ARGS"
 fi
 if [[ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]]; then

@@ -30,7 +30,7 @@ VENV="${GAMBIT_BUILD_VENV:-$ROOT/build/venv-macos}"
 WORK="$ROOT/build/macos"
 DIST="$ROOT/dist"
 PYINSTALLER_VERSION="${PYINSTALLER_VERSION:-6.22.3}"
-export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_METAL=on -DGGML_RPC=ON}"
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_METAL=on -DGGML_RPC=ON -DLLAVA_BUILD=OFF}"
 T0=$SECONDS
 step() { printf '\n== %s (%s)\n' "$*" "$(date +%H:%M:%S)"; }
 

@@ -48,7 +48,7 @@ $Work = Join-Path $Root "build\windows-$Variant"
 $Dist = Join-Path $Root "dist"
 if (-not $env:CMAKE_ARGS) {
     # GGML_NATIVE=OFF: portable AVX2 code rather than the build machine's own CPU.
-    $env:CMAKE_ARGS = if ($Variant -eq "cuda") { "-DGGML_CUDA=on -DGGML_NATIVE=OFF -DGGML_RPC=ON" } else { "-DGGML_NATIVE=OFF -DGGML_RPC=ON" }
+    $env:CMAKE_ARGS = if ($Variant -eq "cuda") { "-DGGML_CUDA=on -DGGML_NATIVE=OFF -DGGML_RPC=ON -DLLAVA_BUILD=OFF" } else { "-DGGML_NATIVE=OFF -DGGML_RPC=ON -DLLAVA_BUILD=OFF" }
 }
 $Started = Get-Date
 
