@@ -284,3 +284,35 @@ def test_gambit_cli_serve_answers_and_ends_cleanly_on_ctrl_c(
             proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def test_bench_through_the_server_compares_it_with_the_engine_directly(
+    smol_q8_0: Path, smol_q4_1: Path, tmp_path: Path
+) -> None:
+    """`gambit-cli bench --through-server`: the same prompts directly and
+    through the server (its caller a process of its own), and their ratio."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        "\n".join(json.dumps({"prompt": p, "suite": "chat"}) for p in (PROMPT, "Count to ten.")),
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "gambit", "bench", "--through-server", "--prompts", str(prompts),
+         "--target", str(smol_q8_0), "--draft", str(smol_q4_1), "--max-tokens", "16",
+         "--threads", "2", "--ctx", "1024"],
+        capture_output=True, text=True, timeout=DEADLINE_S * 3, check=False,
+        env={**os.environ, "GAMBIT_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "[2] direct " in proc.stderr  # progress per prompt
+    figures = dict(
+        re.findall(r"^(direct \(as gambit-cli generate\)|through the local server|"
+                   r"served / direct): +([0-9.]+)", proc.stdout, re.MULTILINE)
+    )  # fmt: skip
+    assert set(figures) == {
+        "direct (as gambit-cli generate)", "through the local server", "served / direct",
+    }  # fmt: skip
+    direct, served = (float(figures[k]) for k in list(figures)[:2])
+    assert direct > 0 and served > 0
+    assert float(figures["served / direct"]) == pytest.approx(served / direct, abs=0.01)
+    assert "(2 replies each)" in proc.stdout

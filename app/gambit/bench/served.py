@@ -3,18 +3,18 @@
 The same prompts, on the same loaded models, alternately through the engine
 directly (as ``gambit-cli generate`` runs it) and through the OpenAI-compatible
 server on this machine (``gambit.serve``: HTTP, the request's queue, the
-engine thread, server-sent events), each reply streamed. Compared: the rate
-at which a reply's tokens arrive after its first, as the caller sees them.
+engine thread, server-sent events), each reply streamed to a caller in a
+process of its own. Compared: the rate at which a reply's tokens arrive after
+its first, as the caller sees them.
 A ratio of 1.00 means the server adds nothing per token.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
+import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 
 from gambit.bench.runner import load_prompts
@@ -48,15 +48,47 @@ class Rates:
         return self.tokens / self.seconds if self.seconds else 0.0
 
 
-def _direct(engine: Engine, prompt: str, config: GenerationConfig) -> tuple[int, float]:
+def _cold(engine: Engine) -> None:
+    """Both paths start every reply with empty caches: a reply that found its
+    twin's prompt still cached would skip the prompt reading that the other
+    path paid. (Between replies the engine's thread is idle.)"""
     engine.target.clear()
     if engine.draft_runtime is not None:
         engine.draft_runtime.clear()
     engine.chat_builder.forget()
+
+
+def _direct(engine: Engine, prompt: str, config: GenerationConfig) -> tuple[int, float]:
+    _cold(engine)
     times = [
         rnd.elapsed_s for rnd in engine.chat([Message("user", prompt)], config) for _ in rnd.tokens
     ]
     return len(times) - 1, times[-1] - times[0] if len(times) > 1 else 0.0
+
+
+# The caller runs in a process of its own, as an editor or a script does: a
+# client parsing events on this process's interpreter would take turns with the
+# engine's thread and charge its own work to the server.
+_CLIENT = """
+import http.client, json, sys, time
+port, body = int(sys.argv[1]), sys.argv[2]
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+first = last = 0.0
+tokens = 0
+for line in conn.getresponse():
+    if not line.startswith(b"data: {"):
+        continue
+    chunk = json.loads(line[6:])
+    now = time.perf_counter()
+    if chunk["choices"][0]["delta"].get("content"):
+        first = first or now
+        last = now
+    if "gambit" in chunk:
+        tokens = int(chunk["usage"]["completion_tokens"])
+conn.close()
+print(json.dumps([tokens, last - first]))
+"""
 
 
 def _served(port: int, model: str, prompt: str, config: GenerationConfig) -> tuple[int, float]:
@@ -65,25 +97,13 @@ def _served(port: int, model: str, prompt: str, config: GenerationConfig) -> tup
         "temperature": config.sampling.temperature, "seed": config.sampling.seed,
         "messages": [{"role": "user", "content": prompt}],
     }  # fmt: skip
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    conn.request("POST", "/v1/chat/completions", json.dumps(body),
-                 {"Content-Type": "application/json"})  # fmt: skip
-    response = conn.getresponse()
-    first = last = 0.0
-    tokens = 0
-    for line in response:
-        if not line.startswith(b"data: {"):
-            continue
-        chunk = json.loads(line[6:])
-        now = time.perf_counter()
-        if chunk["choices"][0]["delta"].get("content"):
-            first = first or now
-            last = now
-        if "gambit" in chunk:
-            tokens = int(chunk["usage"]["completion_tokens"])
-    conn.close()
+    done = subprocess.run(
+        [sys.executable, "-c", _CLIENT, str(port), json.dumps(body)],
+        capture_output=True, text=True, timeout=900, check=True,
+    )  # fmt: skip
+    tokens, seconds = json.loads(done.stdout)
     # Chunks carry a round's text each: the tokens after the first chunk's.
-    return max(0, tokens - 1), last - first
+    return max(0, int(tokens) - 1), float(seconds)
 
 
 def run_served_bench(
@@ -110,6 +130,7 @@ def run_served_bench(
                     engine.use_controller(controller)
                     rates.add(*_direct(engine, bp.prompt, generation))
                 else:
+                    _cold(engine)
                     rates.add(*_served(server.port, name, bp.prompt, generation))
             print(f"  [{i + 1}] direct {direct.rate:6.1f} tok/s  served {served.rate:6.1f} tok/s",
                   file=sys.stderr, flush=True)  # fmt: skip
