@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 from gambit.serve.jobs import Outcome
 
@@ -69,17 +71,17 @@ class ServeMetrics:
     def render(self) -> str:
         with self._lock:
             lines = [
-                "# HELP gambit_requests_total Chat completion requests, by HTTP status.",
-                "# TYPE gambit_requests_total counter",
-                *(
-                    f'gambit_requests_total{{status="{code}"}} {n}'
-                    for code, n in sorted(self.requests.items())
+                *_labelled(
+                    "gambit_requests_total",
+                    "Chat completion requests, by HTTP status.",
+                    "status",
+                    self.requests,
                 ),
-                "# HELP gambit_replies_total Replies the engine ended, by finish reason.",
-                "# TYPE gambit_replies_total counter",
-                *(
-                    f'gambit_replies_total{{finish="{why}"}} {n}'
-                    for why, n in sorted(self.replies.items())
+                *_labelled(
+                    "gambit_replies_total",
+                    "Replies the engine ended, by finish reason.",
+                    "finish",
+                    self.replies,
                 ),
                 "# HELP gambit_requests_in_flight Requests running or waiting for the engine.",
                 "# TYPE gambit_requests_in_flight gauge",
@@ -94,17 +96,17 @@ class ServeMetrics:
                     "Draft tokens the target accepted.",
                     self.accepted,
                 ),
-                "# HELP gambit_draft_position_tried_total Rounds that tried a draft position.",
-                "# TYPE gambit_draft_position_tried_total counter",
-                *(
-                    f'gambit_draft_position_tried_total{{position="{i}"}} {n}'
-                    for i, n in sorted(self.drafted_by_position.items())
+                *_labelled(
+                    "gambit_draft_position_tried_total",
+                    "Rounds that tried a draft position.",
+                    "position",
+                    self.drafted_by_position,
                 ),
-                "# HELP gambit_draft_position_accepted_total Draft tokens accepted, by position.",
-                "# TYPE gambit_draft_position_accepted_total counter",
-                *(
-                    f'gambit_draft_position_accepted_total{{position="{i}"}} {n}'
-                    for i, n in sorted(self.accepted_by_position.items())
+                *_labelled(
+                    "gambit_draft_position_accepted_total",
+                    "Draft tokens accepted, by position.",
+                    "position",
+                    self.accepted_by_position,
                 ),
                 "# HELP gambit_speedup Replies' speedup over plain decoding on this machine"
                 " (replies that drafted).",
@@ -122,3 +124,12 @@ class ServeMetrics:
 
 def _counter(name: str, help_text: str, value: int) -> list[str]:
     return [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {value}"]
+
+
+def _labelled(name: str, help_text: str, label: str, counts: Mapping[Any, int]) -> list[str]:
+    """A counter with one label, a line per value of it, in sorted order."""
+    return [
+        f"# HELP {name} {help_text}",
+        f"# TYPE {name} counter",
+        *(f'{name}{{{label}="{value}"}} {n}' for value, n in sorted(counts.items())),
+    ]
