@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from gambit.engine.calibration import CostStore, calibrate
-from gambit.engine.chat import ChatPromptBuilder, Message
+from gambit.engine.chat import ChatPrompt, ChatPromptBuilder, Message
 from gambit.engine.controller import (
     DEFAULT_GAMMA,
     DEFAULT_GAMMA_MAX,
@@ -356,10 +356,18 @@ class Engine:
             return
         if prompt.n_dropped:
             log.info("left out the %d oldest messages to fit the context", prompt.n_dropped)
+        yield from self.reply_to(prompt, config, cancel)
+
+    def reply_to(
+        self, prompt: ChatPrompt, config: GenerationConfig, cancel: threading.Event | None = None
+    ) -> Iterator[Round]:
+        """Stream the reply to a prompt already built with ``chat_builder``
+        (for a caller that must see it first: the local server refuses one
+        that left turns out)."""
         try:
             yield from self._generate(prompt.tokens, config, cancel)
         finally:
-            builder.remember(prompt, self.decoder.context)
+            self.chat_builder.remember(prompt, self.decoder.context)
 
     def complete(
         self,

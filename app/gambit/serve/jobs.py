@@ -21,6 +21,7 @@ from gambit.engine.chat import Message
 from gambit.engine.decoder import GenerationConfig, StopReason
 from gambit.engine.metrics import MetricsTracker
 from gambit.engine.session import Engine
+from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.errors import ContextOverflowError, GambitError
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,12 @@ def run_job(engine: Engine, job: Job) -> None:
 def _generate(engine: Engine, job: Job) -> Outcome:
     if job.cancel.is_set():
         return Outcome(finish_reason="cancelled")
-    prompt = engine.chat_builder.build(job.messages, reserve=job.config.max_tokens)
+    try:
+        prompt = engine.chat_builder.build(
+            job.messages, reserve=job.config.max_tokens, cancel=job.cancel
+        )
+    except RenderCancelledError:  # the client went away while the chat template rendered
+        return Outcome(finish_reason="cancelled")
     if prompt.n_dropped:
         # The window leaves the oldest turns out; a client asked for all of it.
         raise ContextOverflowError(
@@ -139,7 +145,7 @@ def _generate(engine: Engine, job: Job) -> Outcome:
     tracker = MetricsTracker()
     finish = "stop"
     gammas: list[int] = []
-    for rnd in engine.chat(job.messages, job.config, job.cancel):
+    for rnd in engine.reply_to(prompt, job.config, job.cancel):
         tracker.add(rnd)
         if rnd.n_drafted:
             gammas.append(rnd.n_drafted - rnd.n_side)
