@@ -53,6 +53,11 @@ def smol_f16(smol_q4_1: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smol_f32(smol_q4_1: Path) -> Path:
+    return _derived(smol_q4_1, "F32")
+
+
+@pytest.fixture(scope="session")
 def rt_q4_1(smol_q4_1: Path) -> Iterator[ModelRuntime]:
     with ModelRuntime(smol_q4_1, TEST_OPTIONS) as rt:
         yield rt

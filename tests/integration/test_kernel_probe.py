@@ -42,9 +42,32 @@ def test_probe_measures_every_configuration(smol_q8_0: Path) -> None:
     assert [r.config for r in verdict.results] == list(CANDIDATES)
     exact = verdict.result(EXACT)
     assert exact is not None and exact.ok and exact.t1_s > 0 and exact.tk_s > 0
+    # A repacked twin is measured unless its weights landed where the plain load's did.
+    for r in verdict.results:
+        plain = verdict.result(KernelConfig(repack=False, kv_type=r.config.kv_type))
+        assert plain is not None
+        if r.config.repack and r.ok:
+            assert bool(r.same_as) == (r.weight_buffers == plain.weight_buffers)
     # A Q8_0 KV cache with plain weights keeps batched logits identical (docs/adr/0001).
     assert exact.batch_invariant
     assert verdict.exact() in {r.config for r in verdict.results if r.batch_invariant}
+
+
+def test_a_repacking_load_that_repacks_nothing_is_not_measured_twice(smol_f32: Path) -> None:
+    # llama.cpp's CPU backend has no repacked kernels for F32 weights: a
+    # repacking load puts them in the same buffers as a plain one, so the
+    # probe measures each KV type once and the repacking twin stands for it.
+    verdict = KernelProbe(None).verdict(smol_f32, TEST_THREADS, 0, 5)
+    assert [r.config for r in verdict.results] == list(CANDIDATES)
+    for kv in ("q8_0", "f16"):
+        plain = verdict.result(KernelConfig(repack=False, kv_type=kv))
+        twin = verdict.result(KernelConfig(repack=True, kv_type=kv))
+        assert plain is not None and plain.ok and not plain.same_as
+        assert plain.weight_buffers  # the load's log said where the weights went
+        assert twin is not None and twin.same_as == plain.config.key
+        assert (twin.t1_s, twin.tk_s, twin.max_diff) == (plain.t1_s, plain.tk_s, plain.max_diff)
+    # Equal figures: the plain configuration of each pair is the one chosen.
+    assert not verdict.exact().repack and not verdict.fastest().repack
 
 
 def test_a_configuration_that_crashes_is_refused_and_the_rest_measured(smol_q8_0: Path) -> None:

@@ -91,6 +91,14 @@ def test_skipping_nothing_gives_the_same_model(tmp_path: Path, smol_q4_1: Path) 
     assert info == LayerSkipInfo((), 30, smol_q4_1.name)
     assert info.describe() == "skips no block of 30"
     assert read_layer_skip_info(smol_q4_1) is None  # an ordinary model
+    # Every metadata entry comes through, byte for byte where nothing changes
+    # it: the vocabulary, merges and template as the source stores them.
+    written = read_header(dst).metadata
+    provenance = {k for k in written if k.startswith("gambit.layer_skip.")}
+    assert provenance >= {"gambit.layer_skip.source", "gambit.layer_skip.source_blocks"}
+    assert {k: v for k, v in written.items() if k not in provenance} == read_header(
+        smol_q4_1
+    ).metadata
     assert _leftovers(tmp_path) == ["same.gguf"]
 
 

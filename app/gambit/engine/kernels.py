@@ -22,7 +22,10 @@ the blocks): a few seconds whatever the model's size (a 1.8 GB target took
 33 s probed whole). The verdict is cached per llama.cpp build, CPU, threads
 and GPU layers, under the model file and under its layout: the probe runs
 once per layout (a fine-tune, another chat template or a cost-scaled copy
-shares it) and again only when one of those changes.
+shares it) and again only when one of those changes. A repacking load whose
+weights land in the same buffers as a plain one (F32 weights: llama.cpp has
+nothing to repack them into) runs the same kernels, so it stands for the
+plain configuration instead of being measured again (``ProbeResult.same_as``).
 
 - ``KernelVerdict.exact()``: the fastest configuration whose batched logits
   equal the single-token ones, so greedy speculation reproduces plain
@@ -48,7 +51,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -124,6 +127,12 @@ class ProbeResult:
     k_max: int = 0
     max_diff: float = 0.0  # batched vs single-token logits, largest |difference|
     argmax_flips: int = 0  # rows whose top token differs between the two
+    # The buffer types llama.cpp put the weights in ("CPU_Mapped", "AMX", "CPU_REPACK", ...).
+    weight_buffers: tuple[str, ...] = ()
+    # The configuration whose kernels this one runs on ("plain+q8_0"): a
+    # repacking load whose weights landed in the same buffers as a plain one
+    # repacked nothing (F32 weights, say), so it is the plain one's result.
+    same_as: str = ""
 
     @property
     def batch_invariant(self) -> bool:
@@ -141,7 +150,17 @@ class ProbeResult:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ProbeResult:
-        return cls(**{**d, "config": KernelConfig.from_key(str(d["config"]))})
+        return cls(
+            **{
+                **d,
+                "config": KernelConfig.from_key(str(d["config"])),
+                "weight_buffers": tuple(d.get("weight_buffers", ())),
+            }
+        )
+
+    def standing_for(self, config: KernelConfig) -> ProbeResult:
+        """This result as ``config``'s, which runs on the same kernels."""
+        return replace(self, config=config, same_as=self.config.key)
 
 
 @dataclass(frozen=True)
@@ -516,10 +535,44 @@ _FILLER = (
 )
 
 
+_WEIGHT_BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size")
+
+
+@contextlib.contextmanager
+def _weight_buffers() -> Iterator[list[str]]:
+    """The buffer types llama.cpp puts a model's weights in while it loads, as
+    its log names them ("load_tensors: AMX model buffer size = ..."): the one
+    place it says whether a repacking load repacked anything."""
+    seen: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if m := _WEIGHT_BUFFER.search(record.getMessage()):
+                seen.append(m.group(1))
+
+    llama_log = logging.getLogger("gambit.llama")
+    handler, level = Catch(logging.INFO), llama_log.level
+    llama_log.addHandler(handler)
+    llama_log.setLevel(min(level or logging.INFO, logging.INFO))
+    try:
+        yield seen
+    finally:
+        llama_log.removeHandler(handler)
+        llama_log.setLevel(level)
+
+
 def measure(
-    model: Path, config: KernelConfig, n_threads: int, n_gpu_layers: int, k_max: int
+    model: Path,
+    config: KernelConfig,
+    n_threads: int,
+    n_gpu_layers: int,
+    k_max: int,
+    plain: ProbeResult | None = None,
 ) -> ProbeResult:
-    """Run ``config`` through the paths speculation uses (in this process: it may crash)."""
+    """Run ``config`` through the paths speculation uses (in this process: it may
+    crash). ``plain``: the result of the same KV type with plain weights, where
+    known; a repacking load whose weights land in the same buffers is that
+    configuration again, and is not run twice."""
     import numpy as np
 
     from gambit.engine.runtime import ModelRuntime, RuntimeOptions
@@ -530,7 +583,10 @@ def measure(
         n_gpu_layers=n_gpu_layers,
         kernels=config,
     )
-    with ModelRuntime(model, options) as rt:
+    with _weight_buffers() as seen, ModelRuntime(model, options) as rt:
+        buffers = tuple(sorted(set(seen)))
+        if plain is not None and plain.ok and plain.weight_buffers == buffers:
+            return plain.standing_for(config)
         tokens = rt.tokenize(_FILLER, add_special=False)
         while len(tokens) < PROBE_CONTEXT + k_max:
             tokens += tokens
@@ -559,7 +615,14 @@ def measure(
     diff = float(np.abs(batched - single).max())
     flips = int((batched.argmax(axis=1) != single.argmax(axis=1)).sum())
     return ProbeResult(
-        config, ok=True, t1_s=t1, tk_s=tk, k_max=k_max, max_diff=diff, argmax_flips=flips
+        config,
+        ok=True,
+        t1_s=t1,
+        tk_s=tk,
+        k_max=k_max,
+        max_diff=diff,
+        argmax_flips=flips,
+        weight_buffers=buffers,
     )
 
 
@@ -567,13 +630,21 @@ def child_main(argv: Sequence[str]) -> int:
     """``python -m gambit.engine.kernels MODEL THREADS GPU_LAYERS K_MAX CONFIG...``"""
     logging.getLogger("gambit.llama").setLevel(logging.CRITICAL)
     model, threads, gpu_layers, k_max = Path(argv[0]), int(argv[1]), int(argv[2]), int(argv[3])
+    done: dict[KernelConfig, ProbeResult] = {}
     for key in argv[4:]:
         config = KernelConfig.from_key(key)
         print(f"start {key}", flush=True)
-        try:
-            result = measure(model, config, threads, gpu_layers, k_max)
-        except Exception as exc:  # a refusal, not a crash: report it and go on
-            result = ProbeResult(config, ok=False, error=f"failed: {exc}")
+        plain = done.get(KernelConfig(repack=False, kv_type=config.kv_type))
+        # Whether the weights repack does not depend on the KV type: once one
+        # repacking load repacked nothing, the others need not load to know it.
+        if plain is not None and config.repack and any(r.same_as for r in done.values()):
+            result = plain.standing_for(config)
+        else:
+            try:
+                result = measure(model, config, threads, gpu_layers, k_max, plain)
+            except Exception as exc:  # a refusal, not a crash: report it and go on
+                result = ProbeResult(config, ok=False, error=f"failed: {exc}")
+        done[config] = result
         print("result " + json.dumps(result.to_json()), flush=True)
     return 0
 

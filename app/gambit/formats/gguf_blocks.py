@@ -23,7 +23,7 @@ import re
 import secrets
 import struct
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,7 @@ class _Field:
     vtype: Any  # gguf.GGUFValueType
     sub_type: Any
     value: Any
+    raw: bytes  # the whole entry as the source stores it: written back where unchanged
 
 
 _FORMATS: dict[int, str] = {  # struct formats; numpy reads arrays with the same codes
@@ -126,11 +127,12 @@ def _read_typed_metadata(path: Path, end: int) -> list[_Field]:
     fields: list[_Field] = []
     try:
         for _ in range(n_kv):
+            start = pos
             name = string().decode("utf-8")
             vtype = vt(take("<I"))
             if vtype != vt.ARRAY:
                 value = string() if vtype == vt.STRING else take(_FORMATS[vtype])
-                fields.append(_Field(name, vtype, None, value))
+                fields.append(_Field(name, vtype, None, value, buf[start:pos]))
                 continue
             etype, n = vt(take("<I")), take("<Q")
             if etype == vt.STRING:
@@ -141,10 +143,33 @@ def _read_typed_metadata(path: Path, end: int) -> list[_Field]:
                 dtype = np.dtype(_FORMATS[etype])
                 items = np.frombuffer(buf, dtype, count=n, offset=pos).tolist()
                 pos += n * dtype.itemsize
-            fields.append(_Field(name, vtype, etype, items))
+            fields.append(_Field(name, vtype, etype, items, buf[start:pos]))
     except (struct.error, ValueError, KeyError) as exc:
         raise NotGGUFError(str(path), f"the GGUF header is damaged ({exc})") from exc
     return fields
+
+
+def _encoded_string(text: str | bytes) -> bytes:
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return struct.pack("<Q", len(data)) + data
+
+
+def _encoded_field(name: str, vtype: Any, sub_type: Any, value: Any) -> bytes:
+    """One metadata entry as GGUF stores it (the inverse of ``_read_typed_metadata``)."""
+    vt = gguf.GGUFValueType
+    head = _encoded_string(name) + struct.pack("<I", vtype)
+    if vtype == vt.STRING:
+        return head + _encoded_string(value)
+    if vtype != vt.ARRAY:
+        return head + struct.pack(_FORMATS[vtype], value)
+    head += struct.pack("<IQ", sub_type, len(value))
+    if sub_type == vt.STRING:
+        return head + b"".join(_encoded_string(item) for item in value)
+    return head + np.asarray(value, dtype=np.dtype(_FORMATS[sub_type])).tobytes()
+
+
+def _padding(n: int, alignment: int) -> bytes:
+    return bytes(-n % alignment)
 
 
 def _byte_shape(t: TensorInfo) -> tuple[int, ...]:
@@ -156,8 +181,10 @@ def _byte_shape(t: TensorInfo) -> tuple[int, ...]:
 
 class BlockModel:
     """A GGUF read once, ready to write any number of files of other block
-    stacks (with ``gguf.GGUFWriter``: the metadata as read, tensor bytes as
-    stored). ``error`` is the error type its refusals raise."""
+    stacks: the metadata entries the plan does not change and the tensors'
+    bytes copied as stored (re-encoding a 49k-token vocabulary through
+    ``gguf.GGUFWriter`` took most of a miniature's write). ``error`` is the
+    error type its refusals raise."""
 
     error: type[GambitError] = BlockLayoutError
 
@@ -251,46 +278,45 @@ class BlockModel:
         stale = re.compile(rf"\.{re.escape(dst.name)}\.(?P<pid>\d+)-[0-9a-f]{{8}}\.part")
         remove_stale(dst.parent, stale)
         tmp = dst.with_name(f".{dst.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
-        writer = gguf.GGUFWriter(tmp, self.arch)
-        writer.data_alignment = int(self.header.metadata.get("general.alignment", 32))
+        alignment = int(self.header.metadata.get("general.alignment", 32))
         try:
-            for name, vtype, sub_type, value in (*self._metadata(plan, drop_prefix), *extra):
-                writer.add_key_value(name, value, vtype, sub_type=sub_type)
-            tensors = self._tensors(plan, zeroed)
-            for name, data, qtype in tensors:
-                writer.add_tensor_info(name, data.shape, data.dtype, data.nbytes, qtype)
-            writer.write_header_to_file()
-            writer.write_kv_data_to_file()
-            writer.write_ti_data_to_file()
-            total = sum(int(d.nbytes) for _, d, _ in tensors)
-            done = 0
-            for _, data, _ in tensors:
-                if cancelled(cancel):
-                    raise cancelled_error(f"cancelled: {dst.name} was not written")
-                writer.write_tensor_data(data)
-                done += int(data.nbytes)
-                if progress:
-                    progress(stage, done, total)
-            if durable:
-                assert writer.fout is not None
-                for f in writer.fout:
+            with tmp.open("xb") as f:
+                entries = [*self._metadata(plan, drop_prefix), *(_encoded_field(*e) for e in extra)]
+                tensors = self._tensors(plan, zeroed)
+                infos, offset = [], 0
+                for name, data, t in tensors:
+                    dims = len(t.shape)
+                    layout = struct.pack(f"<I{dims}QIQ", dims, *t.shape, t.ggml_type, offset)
+                    infos.append(_encoded_string(name) + layout)
+                    offset += data.nbytes + len(_padding(data.nbytes, alignment))
+                f.write(struct.pack("<4sIQQ", b"GGUF", 3, len(tensors), len(entries)))
+                f.write(b"".join(entries) + b"".join(infos))
+                f.write(_padding(f.tell(), alignment))
+                total, done = sum(int(d.nbytes) for _, d, _ in tensors), 0
+                for _, data, _ in tensors:
+                    if cancelled(cancel):
+                        raise cancelled_error(f"cancelled: {dst.name} was not written")
+                    data.tofile(f)
+                    f.write(_padding(data.nbytes, alignment))
+                    done += int(data.nbytes)
+                    if progress:
+                        progress(stage, done, total)
+                if durable:
                     f.flush()
                     os.fsync(f.fileno())
-            writer.close()
             check_model_file(tmp)
             os.replace(tmp, dst)
         except BaseException:
-            writer.close()
             tmp.unlink(missing_ok=True)
             raise
         return dst
 
     def _tensors(
         self, plan: Sequence[int], zeroed: Callable[[int, str], bool] | None
-    ) -> list[tuple[str, np.ndarray, GGMLQuantizationType]]:
-        """(name, bytes shaped as gguf's writer expects them: numpy order, the
-        innermost dimension in bytes, weight type) in the order to write them:
-        the source's order, each block's tensors where its plan places them."""
+    ) -> list[tuple[str, np.ndarray, TensorInfo]]:
+        """(name, bytes, the source tensor: its shape and weight type) in the
+        order to write them: the source's order, each block's tensors where its
+        plan places them."""
         weights = np.memmap(self.path, dtype=np.uint8, mode="r")
         by_block: dict[int, list[TensorInfo]] = {}
         others: list[tuple[int, TensorInfo]] = []
@@ -303,7 +329,7 @@ class BlockModel:
                 others.append((pos, t))
         before = [t for pos, t in others if first_block_at is None or pos < first_block_at]
         after = [t for pos, t in others if first_block_at is not None and pos > first_block_at]
-        out: list[tuple[str, np.ndarray, GGMLQuantizationType]] = []
+        out: list[tuple[str, np.ndarray, TensorInfo]] = []
 
         def add(name: str, t: TensorInfo, zero: bool) -> None:
             shape = _byte_shape(t)
@@ -314,7 +340,7 @@ class BlockModel:
             else:
                 start = self.header.data_offset + t.offset
                 data = weights[start : start + t.n_bytes].reshape(shape)
-            out.append((name, data, GGMLQuantizationType(t.ggml_type)))
+            out.append((name, data, t))
 
         for t in before:
             add(t.name, t, False)
@@ -328,15 +354,15 @@ class BlockModel:
             add(t.name, t, False)
         return out
 
-    def _metadata(self, plan: Sequence[int], drop_prefix: str | None) -> Iterable[Field]:
+    def _metadata(self, plan: Sequence[int], drop_prefix: str | None) -> Iterator[bytes]:
+        """The metadata entries of the file ``plan`` makes, encoded: the
+        source's bytes where the plan changes nothing."""
         arch, n = self.arch, self.n_blocks
         vt = gguf.GGUFValueType
         swa_key = f"{arch}.attention.sliding_window_pattern"
         pattern = self._swa_pattern()
         for f in self.fields:
             value = f.value
-            if f.name == "general.architecture":
-                continue  # written by gguf's writer itself
             if drop_prefix and f.name.startswith(drop_prefix):
                 continue
             if f.name == self.block_key:
@@ -348,13 +374,11 @@ class BlockModel:
             elif f.vtype == vt.ARRAY:
                 if f.name.startswith(f"{arch}.") and len(value) == n:
                     value = [value[i] for i in plan]  # one entry per block
-                if len(value) == 0:
-                    continue  # gguf's writer refuses empty arrays
             elif f.name == swa_key and pattern is not None:
                 continue  # a pattern length: written out per layer below
-            yield f.name, f.vtype, f.sub_type, value
+            yield f.raw if value is f.value else _encoded_field(f.name, f.vtype, f.sub_type, value)
         if pattern is not None:
-            yield swa_key, vt.ARRAY, vt.BOOL, [pattern[i] for i in plan]
+            yield _encoded_field(swa_key, vt.ARRAY, vt.BOOL, [pattern[i] for i in plan])
 
     def _swa_pattern(self) -> list[bool] | None:
         """Which layers use the sliding window, when llama.cpp derives it from the
