@@ -123,7 +123,7 @@ def _bench(
 ) -> dict[str, Any]:
     cli = str(Path(sys.executable).with_name("gambit-cli"))
     cmd = [*prefix, cli, "bench", "--target", str(target),
-           *drafter, "--prompts", str(PROMPTS), "--limit", "2", "--max-tokens", "64",
+           *drafter, "--prompts", str(PROMPTS), "--limit", "1", "--max-tokens", "64",
            "--threads", "2", "--policy", "adaptive", "--json"]  # fmt: skip
     if rpc_to:
         cmd += ["--rpc", rpc_to]
