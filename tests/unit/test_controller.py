@@ -210,7 +210,8 @@ def test_fixed_and_off_modes() -> None:
 
 
 def test_measurements_update_costs_and_acceptance() -> None:
-    c = costs(t1=0.010)
+    # A curve the observed t(5) = 1.5 t1 below fits without reordering sizes.
+    c = costs(t1=0.010, slope=0.1)
     ctrl = controller(c)
     for _ in range(100):
         ctrl.observe(plain_round(0.020))  # the machine got slower
@@ -224,6 +225,27 @@ def test_measurements_update_costs_and_acceptance() -> None:
     assert alpha[2] == pytest.approx(0.6)  # never tried: still the prior
     assert c.t_draft == pytest.approx(0.002, rel=0.01)
     assert c.verify_cost(5) == pytest.approx(0.030, rel=0.01)
+
+
+def test_the_cost_curve_decisions_read_never_falls_with_batch_size() -> None:
+    c = CostModel(17)
+    for k, ratio in ((1, 1.0), (2, 1.2), (3, 1.4), (5, 1.4), (17, 3.0)):
+        c.set_target(k, 0.100 * ratio)
+    # A size never measured: its first round counts as much as the curve's
+    # interpolated value (1.4 + 1.6 * 4/12 at k = 9), not outright.
+    c.observe_verify(9, 0.100 * 2.5)
+    assert c.verify_cost(9) == pytest.approx(0.100 * (1.4 + 1.6 * 4 / 12 + 2.5) / 2)
+    # One cheap round at k = 12 after many dear ones at k = 11: a larger
+    # batch never reads cheaper than a smaller one; the two are pooled,
+    # weighted by the rounds behind each.
+    for _ in range(9):
+        c.observe_verify(11, 0.100 * 2.4)
+    c.observe_verify(12, 0.100 * 1.0)
+    costs_by_size = [c.verify_cost(k) for k in range(1, 18)]
+    assert costs_by_size == sorted(costs_by_size)
+    assert c.verify_cost(11) == pytest.approx(c.verify_cost(12))
+    assert 0.100 * 2.0 < c.verify_cost(12) < 0.100 * 2.4
+    assert c.verify_cost(1) == pytest.approx(0.100)  # t1 is what a plain step costs
 
 
 def test_unmeasured_batch_sizes_are_interpolated() -> None:

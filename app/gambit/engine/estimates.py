@@ -35,6 +35,14 @@ class CostModel:
     is relative, a cost measured at one context length stays right at
     another: while speculation is off, only t1 is observed, and every other
     estimate moves with it instead of going stale.
+
+    Decisions read the curve smoothed (``verify_cost``): made non-decreasing
+    in k, each size weighted by the rounds that measured it. Single rounds
+    are noisy (a 17-token batch of the 1.8 GB cost-scaled target took
+    280-460 ms in one reply), and the point estimates of rarely used sizes
+    rest on one or two of them: the policy then chased whichever size
+    happened to look cheap (γ = 7 after k = 9 read 2.45 t1 and k = 8 1.96,
+    where fixed γ = 12 and 16 ran ~8 % faster).
     """
 
     def __init__(self, k_max: int) -> None:
@@ -53,6 +61,7 @@ class CostModel:
         # One token a drafter catches up on, decoded in a batch / t1 (0: not
         # measured yet; half a draft step is assumed then).
         self.catch_up_ratio = 0.0
+        self._smoothed: tuple[bytes, np.ndarray] | None = None  # (its key, the curve)
 
     @property
     def t_draft(self) -> float:
@@ -132,6 +141,11 @@ class CostModel:
         the calibration measured the batch alone, at a short context."""
         if not 1 <= k <= self.k_max or seconds <= 0:
             return
+        if k > 1 and not self._seen[k] and self.t1 > 0 and self._seen[2:].any():
+            # A size never measured: its first round is averaged with the
+            # curve's interpolated value, which counts as one round.
+            self.ratio[k] = self.verify_cost(k) / self.t1
+            self._seen[k] = True
         if not self._seen[k] or (k > 1 and self.t1 <= 0):
             self.set_target(k, seconds)
             return
@@ -187,13 +201,13 @@ class CostModel:
         ratio = self.catch_up_ratio or self.draft_ratio / 2
         return n_tokens * ratio * self.t1
 
-    def curve_key(self) -> tuple[bool, bytes, bytes, float, float]:
+    def curve_key(self) -> tuple[bool, bytes, float, float]:
         """What ratios of costs depend on (not t1 itself): equal keys, equal
         ``relative_costs`` and ``draft_extra_ratio``."""
-        return (
-            self.t1 > 0, self.ratio.tobytes(), self._seen.tobytes(), self.draft_ratio,
-            self.draft_extra_ratio,
-        )  # fmt: skip
+        return (self.t1 > 0, self._raw_key(), self.draft_ratio, self.draft_extra_ratio)
+
+    def _raw_key(self) -> bytes:
+        return self.ratio.tobytes() + self._seen.tobytes() + self._n_seen.tobytes()
 
     def relative_costs(self, k_max: int) -> tuple[np.ndarray, float]:
         """t_target(k) / t1 for k = 1..k_max, and a draft step / t1 (with
@@ -204,16 +218,52 @@ class CostModel:
         return verify, self.draft_ratio
 
     def verify_cost(self, k: int) -> float:
-        """t_target(k); unmeasured sizes are interpolated linearly from measured ones."""
+        """t_target(k) from the smoothed curve (see the class docstring):
+        unmeasured sizes interpolated linearly, beyond the largest measured
+        one proportional to k."""
         if self.t1 <= 0:
             return float(k)  # nothing measured yet: assume a batch costs k tokens
-        if k <= self.k_max and self._seen[k]:
-            return float(self.ratio[k] * self.t1)
-        ks = np.flatnonzero(self._seen)
+        curve = self._smoothed_curve()
+        if k <= self.k_max:
+            return float(curve[k] * self.t1)
+        return float(curve[self.k_max] * self.t1) * k / self.k_max
+
+    def _smoothed_curve(self) -> np.ndarray:
+        """r(k) for k = 0..k_max as decisions read it: the measured ratios made
+        non-decreasing (pooled where a larger batch read cheaper than a
+        smaller one, each weighted by the rounds behind it, at most the
+        running mean's memory; t1 itself fixed), then interpolated."""
+        key = self._raw_key()
+        if self._smoothed is not None and self._smoothed[0] == key:
+            return self._smoothed[1]
+        ks = np.flatnonzero(self._seen[1:]) + 1
+        weights = np.minimum(self._n_seen[ks], 1.0 / COST_WEIGHT) + 1.0
+        weights[ks == 1] = np.inf  # r(1) is 1 by definition
+        values = _non_decreasing(self.ratio[ks], weights)
+        sizes = np.arange(self.k_max + 1)
+        curve: np.ndarray = np.interp(sizes, ks, values)
         last = int(ks[-1])
-        if k > last:  # beyond the measured range: proportional to k
-            return float(self.ratio[last] * self.t1) * k / last
-        return float(np.interp(k, ks, self.ratio[ks]) * self.t1)
+        curve[last + 1 :] = values[-1] * sizes[last + 1 :] / last
+        self._smoothed = (key, curve)
+        return curve
+
+
+def _non_decreasing(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The weighted least-squares non-decreasing fit to ``values`` (pool
+    adjacent violators); an infinite weight pins its value."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for v, w in zip(values.tolist(), weights.tolist(), strict=True):
+        blocks.append([v, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, w2, n2 = blocks.pop()
+            v1, w1, n1 = blocks.pop()
+            if math.isinf(w1) or math.isinf(w2):
+                mean = v1 if math.isinf(w1) else v2
+            else:
+                mean = (v1 * w1 + v2 * w2) / (w1 + w2)
+            blocks.append([mean, w1 + w2, n1 + n2])
+    fitted: np.ndarray = np.repeat([b[0] for b in blocks], [int(b[2]) for b in blocks])
+    return fitted
 
 
 @dataclass
