@@ -248,6 +248,20 @@ def test_the_cost_curve_decisions_read_never_falls_with_batch_size() -> None:
     assert c.verify_cost(1) == pytest.approx(0.100)  # t1 is what a plain step costs
 
 
+def test_plain_rounds_leave_the_relative_costs_as_they_were() -> None:
+    # The speedups a round that is off asks for are cached under curve_key:
+    # plain rounds move t1 only, and must not make them stale.
+    c = costs(t1=0.010, slope=0.2, t_draft=0.004)
+    key, relative = c.curve_key(), c.relative_costs(9)
+    for seconds in (0.012, 0.015, 0.011):
+        c.observe_verify(1, seconds)
+    assert c.verify_cost(1) != 0.010
+    assert c.curve_key() == key
+    assert np.array_equal(c.relative_costs(9)[0], relative[0])
+    c.observe_verify(5, 0.030)  # a verification round does change them
+    assert c.curve_key() != key
+
+
 def test_unmeasured_batch_sizes_are_interpolated() -> None:
     c = CostModel(9)
     c.set_target(1, 0.010)

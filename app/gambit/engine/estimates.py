@@ -207,7 +207,10 @@ class CostModel:
         return (self.t1 > 0, self._raw_key(), self.draft_ratio, self.draft_extra_ratio)
 
     def _raw_key(self) -> bytes:
-        return self.ratio.tobytes() + self._seen.tobytes() + self._n_seen.tobytes()
+        # Not t1 nor the count of plain rounds (r(1) is 1 whatever they say):
+        # a round that is off must find the smoothed curve and the speedups
+        # cached (GammaController._speedups).
+        return self.ratio.tobytes() + self._seen.tobytes() + self._n_seen[2:].tobytes()
 
     def relative_costs(self, k_max: int) -> tuple[np.ndarray, float]:
         """t_target(k) / t1 for k = 1..k_max, and a draft step / t1 (with
