@@ -17,7 +17,10 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from gambit.engine.kernels import COMPARED_ROWS, PROBE_CONTEXT, KernelConfig, ProbeResult
+from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 
 _FILLER = (
     "Speculative decoding lets a small model propose a few tokens and a large model "
@@ -66,10 +69,6 @@ def measure(
     crash). ``plain``: the result of the same KV type with plain weights, where
     known; a repacking load whose weights land in the same buffers is that
     configuration again, and is not run twice."""
-    import numpy as np
-
-    from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-
     options = RuntimeOptions(
         n_ctx=PROBE_CONTEXT + 2 * k_max + 8,
         n_threads=n_threads,
