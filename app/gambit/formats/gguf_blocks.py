@@ -288,7 +288,7 @@ class BlockModel:
                     dims = len(t.shape)
                     layout = struct.pack(f"<I{dims}QIQ", dims, *t.shape, t.ggml_type, offset)
                     infos.append(_encoded_string(name) + layout)
-                    offset += data.nbytes + len(_padding(data.nbytes, alignment))
+                    offset += data.nbytes + -data.nbytes % alignment
                 f.write(struct.pack("<4sIQQ", b"GGUF", 3, len(tensors), len(entries)))
                 f.write(b"".join(entries) + b"".join(infos))
                 f.write(_padding(f.tell(), alignment))
