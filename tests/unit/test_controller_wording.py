@@ -52,18 +52,20 @@ def ctrl_round(ctrl: GammaController, t2_ratio: float, draft_ratio: float) -> Ro
 
 
 def off_after_a_probe(alpha: float) -> GammaController:
-    """A controller that just probed and stayed off, then holds acceptance ``alpha``."""
+    """A controller that just probed and stayed off, then holds acceptance
+    ``alpha``, as if learned from many rounds (the prior no longer counts)."""
     ctrl = controller(0.3)
     ctrl.on = False
     assert ctrl.next_gamma() == 1  # the first probe comes at once
     ctrl.observe(probe(accepted=False))
     assert not ctrl.on
     ctrl.acceptance.alpha[:] = alpha
+    ctrl.acceptance.seen[:] = 20
     return ctrl
 
 
 def test_off_within_the_hysteresis_shows_the_threshold() -> None:
-    ctrl = off_after_a_probe(0.53)  # (1 + 0.53) / 1.5 = 1.02
+    ctrl = off_after_a_probe(0.531)  # (1 + 0.53) / 1.5 = 1.02 (the pooled prior of 0.3: -0.001)
     assert ctrl.next_gamma() == 0
     assert ctrl.decision.reason == (
         f"off: a draft would gain 2 %, below the {NEED} needed to switch on"
