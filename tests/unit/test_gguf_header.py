@@ -212,7 +212,13 @@ def test_every_damaged_file_is_a_model_file_error(tmp_path: Path) -> None:
 def test_undecodable_text_is_replaced_not_raised(tmp_path: Path) -> None:
     name = b"general.\xff\xfe"
     bad_kv = struct.pack("<Q", len(name)) + name + struct.pack("<I", STRING) + gguf_str("x")
-    check_model_file(write_raw_gguf(tmp_path / "utf8.gguf", (*BASE_KVS, bad_kv)))
+    latin1 = b"caf\xe9 \xff"  # not UTF-8
+    bad_value = kv("general.description", STRING, struct.pack("<Q", len(latin1)) + latin1)
+    path = write_raw_gguf(tmp_path / "utf8.gguf", (*BASE_KVS, bad_kv, bad_value))
+    meta = check_model_file(path).metadata
+    # Each undecodable byte becomes U+FFFD; the text around it is kept.
+    assert meta["general.\ufffd\ufffd"] == "x"
+    assert meta["general.description"] == "caf\ufffd \ufffd"
 
 
 NOT_GGUF: dict[str, tuple[bytes, str]] = {
