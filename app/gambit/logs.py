@@ -158,6 +158,8 @@ def environment_lines() -> list[str]:
     except Exception as exc:  # metadata can be missing in a bundle
         lines.append(f"llama-cpp-python version unknown ({type(exc).__name__})")
     try:
+        # Imported in the report, not at the top: logging is set up before
+        # anything loads llama.cpp, and a report must not fail on a broken one.
         from gambit.engine.backend import detect_backend
 
         backend = detect_backend()

@@ -250,7 +250,8 @@ RSS_SCRIPT = r"""
 import json, logging, re, sys
 import psutil
 from gambit.engine.kernels import KernelConfig
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions, ensure_backend
+from gambit.engine.llama_lib import ensure_backend
+from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 
 logged = {}
 

@@ -38,6 +38,7 @@ from typing import Any
 from gambit.bench.costs import CALIBRATION_CONTEXT, cost_summary
 from gambit.bench.measure_report import recommend, regime_sentence, turn_kind
 from gambit.bench.runner import TARGET_ONLY, ModeTotals
+from gambit.engine.backend import detect_backend
 from gambit.engine.busy import LoadMeter, LoadReading
 from gambit.engine.calibration import calibrate
 from gambit.engine.chat import Message
@@ -52,6 +53,7 @@ from gambit.engine.decoder import (
 from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, BuildInput, DrafterKind, spec
 from gambit.engine.estimates import CostModel
+from gambit.engine.kernels import cpu_id
 from gambit.engine.metrics import GenerationStats, speedup
 from gambit.engine.runtime import default_threads
 from gambit.engine.sampling import SamplingParams
@@ -559,9 +561,6 @@ def baseline_noise(pairs: Sequence[tuple[tuple[int, float], tuple[int, float]]])
 
 
 def machine_info(engine: Engine) -> dict[str, Any]:
-    from gambit.engine.backend import detect_backend
-    from gambit.engine.kernels import cpu_id
-
     backend = detect_backend()
     cpu = cpu_id()
     return {

@@ -26,6 +26,7 @@ from gambit.bench.measure import (
     plan,
     run_measurement,
 )
+from gambit.bench.runner import print_table
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError
 from gambit.storage import measurements
@@ -110,7 +111,6 @@ def run_history_cli(args: argparse.Namespace, engine_config: Callable[[], Engine
     """``gambit-cli bench --from-history [--last N]``: bench's table, on stored chats.
     ``engine_config`` is asked for once the history is known to hold turns (it may
     fetch the default model)."""
-    from gambit.bench.runner import _print_table
 
     def log(p: MeasureProgress) -> None:
         eta = f", about {p.eta_s:.0f} s left" if p.eta_s is not None else ""
@@ -139,7 +139,7 @@ def run_history_cli(args: argparse.Namespace, engine_config: Callable[[], Engine
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
         return 0
-    _print_table(report, [m["name"] for m in report["modes"]])
+    print_table(report, [m["name"] for m in report["modes"]])
     print(report["regime"]["sentence"])
     rec = report["recommendation"]
     print(f"Recommendation: {rec['headline']} — {rec['reason']}.")

@@ -230,7 +230,7 @@ def run_bench(
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        _print_table(report, modes)
+        print_table(report, modes)
     return 0
 
 
@@ -307,7 +307,7 @@ def _times(speedup: float | None) -> str:
     return f"{speedup:6.2f}x" if speedup is not None else f"{NO_FIGURE:>7}"
 
 
-def _print_table(report: dict[str, Any], modes: list[str]) -> None:
+def print_table(report: dict[str, Any], modes: list[str]) -> None:
     print(
         "tok/rnd: reply tokens per target pass; side+: draft tokens accepted thanks to "
         "tree side nodes / side nodes verified"

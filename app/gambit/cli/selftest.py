@@ -28,15 +28,25 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gambit import __version__
+from gambit.engine import rpc
+from gambit.engine.backend import detect_backend
+from gambit.engine.chat import Message
+from gambit.engine.decoder import GenerationConfig
+from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
+from gambit.engine.kernels import KernelChoice, KernelProbe
 from gambit.engine.limits import threads_arg
+from gambit.engine.metrics import GenerationStats
+from gambit.engine.runtime import RuntimeOptions, default_threads
+from gambit.engine.sampling import SamplingParams
+from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError
-from gambit.storage.paths import cache_dir, log_dir
-
-if TYPE_CHECKING:
-    from gambit.engine.drafters.registry import DrafterKind
+from gambit.logs import setup_logging
+from gambit.models.default_model import DEFAULT_MODEL_FILE, bundled_model_path, default_model_path
+from gambit.storage.check import check_storage
+from gambit.storage.paths import cache_dir, log_dir, models_dir
+from gambit.storage.settings import SettingsStore
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +159,6 @@ def llama_cpp_version() -> str:
 
 def about_lines() -> list[str]:
     """Version, platform and backend, one ``key: value`` per line."""
-    from gambit.engine.backend import detect_backend
-
     info = detect_backend()
     lines = [
         f"gambit: {__version__}",
@@ -173,8 +181,6 @@ def about_lines() -> list[str]:
 
 def _rpc_support() -> str:
     """Whether this llama.cpp can use gambit-workers (built with GGML_RPC)."""
-    from gambit.engine import rpc
-
     if rpc.supported():
         return "yes (llama.cpp has the RPC backend: gambit-worker and --rpc work)"
     return "no (llama.cpp was built without GGML_RPC: gambit-worker and --rpc are unavailable)"
@@ -182,12 +188,6 @@ def _rpc_support() -> str:
 
 def kernel_lines() -> list[str]:
     """The kernel probe's verdict for the configured target (probed now if it never was)."""
-    from gambit.engine.kernels import KernelChoice, KernelProbe
-    from gambit.engine.runtime import default_threads
-    from gambit.models.default_model import DEFAULT_MODEL_FILE, bundled_model_path
-    from gambit.storage.paths import models_dir
-    from gambit.storage.settings import SettingsStore
-
     settings = SettingsStore().load(repair=False)
     target = settings.target_path() or bundled_model_path() or models_dir() / DEFAULT_MODEL_FILE
     if not target.is_file():
@@ -246,13 +246,6 @@ def _run(
     *,
     tree: bool = False,
 ) -> RunResult:
-    from gambit.engine.chat import Message
-    from gambit.engine.decoder import GenerationConfig
-    from gambit.engine.metrics import GenerationStats
-    from gambit.engine.runtime import RuntimeOptions
-    from gambit.engine.sampling import SamplingParams
-    from gambit.engine.session import Engine, EngineConfig
-
     options = RuntimeOptions(n_ctx=args.ctx, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
     config = EngineConfig(
         target=target,
@@ -322,14 +315,10 @@ def _report_installation(args: argparse.Namespace, report: Report) -> list[str]:
     for line in about_lines():
         key, _, value = line.partition(": ")
         report(key, value)
-    from gambit.storage.check import check_storage
-
     storage = check_storage()
     for what, finding in storage.lines:
         report(what, finding)
     if args.gpu_layers is None:
-        from gambit.engine.backend import detect_backend
-
         args.gpu_layers = -1 if detect_backend().gpu_offload else 0
     report("gpu layers", "all" if args.gpu_layers < 0 else args.gpu_layers)
     return list(storage.problems)
@@ -372,8 +361,6 @@ def run_selftest(
 
         target: Path | None = args.target
         if target is None:
-            from gambit.models.default_model import default_model_path
-
             target = default_model_path()
         size_mb = target.stat().st_size / 1e6 if target.is_file() else 0.0
         report("model", f"{target} ({size_mb:.1f} MB)")
@@ -390,8 +377,6 @@ def run_selftest(
         )
         report("run target only", _describe(plain, None))
         report("reply", repr(plain.text[:120]))
-        from gambit.engine.drafters.registry import DRAFTERS
-
         lookup, draft = DRAFTERS["lookup"].short, DRAFTERS["draft"].short
         runs.append(_run(lookup, target, "lookup", None, args))
         report(f"run {lookup}", _describe(runs[-1], plain))
@@ -455,8 +440,6 @@ def main(
     """``python -m gambit.cli.selftest``; ``gambit --self-test`` lands here too,
     with ``ui_check``."""
     args = build_parser().parse_args(argv)
-    from gambit.logs import setup_logging
-
     setup_logging(args.verbose)
     return run_selftest(args, started_at=started_at, ui_check=ui_check)
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import llama_cpp as ll
 
 from gambit.engine.devices import gpu_devices
-from gambit.engine.runtime import default_threads, ensure_backend
+from gambit.engine.llama_lib import ensure_backend
+from gambit.engine.runtime import default_threads
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+from gambit.engine.llama_lib import ensure_backend
+
 # ggml-backend.h: enum ggml_backend_dev_type
 _DEVICE_TYPE_CPU = 0
 _DEVICE_TYPE_GPU = 1
@@ -99,8 +101,6 @@ def _local(handle: int) -> LocalDevice:
 
 def gpu_devices() -> list[LocalDevice]:
     """Each GPU (or integrated GPU) llama.cpp can use; empty on a CPU-only build."""
-    from gambit.engine.runtime import ensure_backend
-
     ensure_backend()  # (backends built as loadable modules register here)
     lib = ggml()
     handles = [int(lib.dev_get(i)) for i in range(lib.dev_count())]

@@ -55,6 +55,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+import llama_cpp as ll
+
+from gambit.engine.llama_lib import ensure_backend
 from gambit.errors import GambitError
 from gambit.formats.probe_model import layout_digest, write_probe_model
 from gambit.fsutil import remove_stale, write_atomic
@@ -255,10 +258,6 @@ class KernelChoice:
 
 def build_id() -> str:
     """The llama.cpp build: llama-cpp-python's version and the backend's feature line."""
-    import llama_cpp as ll
-
-    from gambit.engine.runtime import ensure_backend
-
     ensure_backend()
     raw = ll.llama_print_system_info()
     info = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)

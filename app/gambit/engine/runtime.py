@@ -29,6 +29,7 @@ import numpy.typing as npt
 from gambit.engine import rpc
 from gambit.engine.kernels import KernelConfig, implied_kernels
 from gambit.engine.limits import threads_problem
+from gambit.engine.llama_lib import ensure_backend
 from gambit.engine.tokens import common_prefix_length
 from gambit.errors import ContextOverflowError, DecodeAbortedError, DecodeError, ModelLoadError
 from gambit.formats.gguf_file import check_model_file
@@ -37,31 +38,8 @@ log = logging.getLogger("gambit.llama")
 
 FloatRows = npt.NDArray[np.float32]
 
-# ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line)
-_GGML_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
-_last_level = [logging.DEBUG]
-_backend_lock = threading.Lock()
-_backend_ready = False
-
-
-@ll.llama_log_callback  # type: ignore[untyped-decorator]
-def _route_llama_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
-    # llama.cpp prints a lot to stderr; send it to Python logging instead, where
-    # the CLI keeps it quiet and the app writes it to its log file.
-    if level != 5:
-        _last_level[0] = _GGML_LEVELS.get(level, logging.DEBUG)
-    message = text.decode("utf-8", "replace").rstrip("\n")
-    if message:
-        log.log(_last_level[0], "%s", message)
-
-
-def ensure_backend() -> None:
-    global _backend_ready
-    with _backend_lock:
-        if not _backend_ready:
-            ll.llama_log_set(_route_llama_log, ctypes.c_void_p(0))
-            ll.llama_backend_init()
-            _backend_ready = True
+# Guards the shared threadpools: contexts may be created on several threads.
+_threadpool_lock = threading.Lock()
 
 
 class _ThreadpoolParams(ctypes.Structure):
@@ -96,7 +74,7 @@ def shared_threadpool(n_threads: int) -> int | None:
     there it made no measurable difference. Returns None where the CPU
     backend's threadpool API is not available.
     """
-    with _backend_lock:
+    with _threadpool_lock:
         if n_threads in _threadpools:
             return _threadpools[n_threads]
         pool = None

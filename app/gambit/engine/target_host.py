@@ -34,8 +34,9 @@ import numpy.typing as npt
 
 from gambit.engine import devices, rpc
 from gambit.engine.kernels import implied_kernels
+from gambit.engine.llama_lib import ensure_backend
 from gambit.engine.placement import placement_for
-from gambit.engine.runtime import FloatRows, ModelRuntime, RuntimeOptions, ensure_backend
+from gambit.engine.runtime import FloatRows, ModelRuntime, RuntimeOptions
 from gambit.errors import (
     ContextOverflowError,
     DecodeAbortedError,

@@ -5,7 +5,8 @@
 run instead. Children start with ``-I`` (isolated: no working directory, no
 ``PYTHON*`` variables, no user site), and a frozen bundle, whose
 ``sys.executable`` is the app itself, starts itself with an internal flag
-(``gambit.ui.app.main`` dispatches it).
+(``gambit.ui.app.main`` dispatches it, so that nothing here imports what it
+starts).
 
 A child started for a parent (the quantizer) ends when the parent is gone,
 even after a kill -9 of the parent: ``exit_with_parent`` watches the parent's
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 # internal flags of a frozen bundle -> the module they run
 BUNDLE_FLAGS = {
@@ -34,20 +35,6 @@ def module_command(module: str) -> list[str]:
         flag = next(f for f, m in BUNDLE_FLAGS.items() if m == module)
         return [sys.executable, flag]
     return [sys.executable, "-I", "-m", module]
-
-
-def run_bundled(flag: str, argv: Sequence[str]) -> int:
-    """In a frozen bundle, the child's side of ``module_command``."""
-    if BUNDLE_FLAGS[flag] == "pip":
-        try:
-            from pip._internal.cli.main import main as pip_main
-        except ImportError:
-            print("this build of Gambit has no pip to download with", file=sys.stderr)
-            return 2
-        return int(pip_main(list(argv)) or 0)
-    from gambit.models.derive import _child_main
-
-    return _child_main(argv)
 
 
 def child_env() -> dict[str, str]:

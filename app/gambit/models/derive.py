@@ -28,7 +28,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from gambit.engine.decoder import FixedGamma, GenerationConfig, SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads, ensure_backend
+from gambit.engine.llama_lib import ensure_backend
+from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
 from gambit.engine.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.formats.gguf_file import GGUFHeader, check_model_file
@@ -303,7 +304,8 @@ def measure_acceptance(
     return accepted / drafted if drafted else 0.0
 
 
-def _child_main(argv: Sequence[str]) -> int:
+def quantizer_main(argv: Sequence[str]) -> int:
+    """The quantizer child's entry (``python -m gambit.models.derive SRC DST TYPE``)."""
     if len(argv) != 3:
         print("usage: python -m gambit.models.derive SRC DST TYPE", file=sys.stderr)
         return 2
@@ -321,4 +323,4 @@ def _child_main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(_child_main(sys.argv[1:]))
+    raise SystemExit(quantizer_main(sys.argv[1:]))

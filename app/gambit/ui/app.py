@@ -3,6 +3,10 @@
 ``gambit --self-test [options]`` and ``gambit --about`` answer on the terminal
 without opening a window (they work with no display); anything else starts
 the GUI. Logging and the crash handler are set up first, in every mode.
+
+Each mode imports what it runs, inside ``main``: a bundle's children (the
+kernel probe, pip, the quantizer, the window check) and the terminal modes
+start without Qt or the window, and the window's start pays for nothing else.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 _T_START = time.time()  # the earliest timestamp we have (the self-test's fallback)
 
 from gambit import __version__  # noqa: E402  (after the timestamp, on purpose)
-from gambit.models.child_process import BUNDLE_FLAGS, run_bundled  # noqa: E402
+from gambit.models.child_process import BUNDLE_FLAGS  # noqa: E402
 from gambit.storage.paths import resources_dir  # noqa: E402
 
 ICON_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
@@ -55,6 +59,21 @@ def _show_crash_box(report: Path, summary: str) -> None:
         QTimer.singleShot(0, app, show)  # runs on the GUI thread
 
 
+def _run_bundled(flag: str, argv: Sequence[str]) -> int:
+    """In a frozen bundle, the child's side of ``module_command``: pip or the
+    quantizer. (Imported here, not at the top: a child starts without the UI.)"""
+    if BUNDLE_FLAGS[flag] == "pip":
+        try:
+            from pip._internal.cli.main import main as pip_main
+        except ImportError:
+            print("this build of Gambit has no pip to download with", file=sys.stderr)
+            return 2
+        return int(pip_main(list(argv)) or 0)
+    from gambit.models.derive import quantizer_main
+
+    return quantizer_main(argv)
+
+
 def _import_ui() -> None:
     """The self-test's check that the whole UI is there (bundled, importable)."""
     import gambit.ui.main_window  # noqa: F401
@@ -67,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return child_main(args_in[1:])
     if args_in[:1] and args_in[0] in BUNDLE_FLAGS:  # a bundle starts itself as pip / derive
-        return run_bundled(args_in[0], args_in[1:])
+        return _run_bundled(args_in[0], args_in[1:])
     if args_in[:1] == ["--gambit-window-probe"]:  # the self-test's window check, in a bundle
         from gambit.qt.window_probe import child_main as window_child_main
 

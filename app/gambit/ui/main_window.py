@@ -75,7 +75,7 @@ class MainWindow(WindowPanes):
         if self.list.count():
             self.list.setCurrentRow(0)
         else:
-            self._new_conversation()
+            self.new_conversation()
         if settings_store.load_errors:
             self._show_error("Some settings could not be read and were reset",
                              "\n".join(settings_store.load_errors))  # fmt: skip
@@ -115,7 +115,7 @@ class MainWindow(WindowPanes):
         self.speculation_action.setChecked(self.settings.speculation)
         self.models_action = named(QAction("Models…", self), "modelsAction")
         self.settings_action = named(QAction("Settings…", self), "settingsAction")
-        self.menus = MenuBar(self)  # shortcuts and tooltips for these actions too
+        self.menus = MenuBar(self, self)  # shortcuts and tooltips for these actions too
         toolbar.addAction(self.speculation_action)
         toolbar.addAction(self.menus.stats)
         toolbar.addSeparator()
@@ -139,7 +139,7 @@ class MainWindow(WindowPanes):
         self.stop_button.clicked.connect(self.stop)
         self.cancel_load_button.clicked.connect(self.cancel_load)
         self.regen_button.clicked.connect(self.regenerate)
-        self.new_button.clicked.connect(self._new_conversation)
+        self.new_button.clicked.connect(self.new_conversation)
         self.search.textChanged.connect(self._refresh_list)
         self.list.currentItemChanged.connect(self._on_conversation_selected)
         self.list.customContextMenuRequested.connect(self._on_list_menu)
@@ -242,7 +242,7 @@ class MainWindow(WindowPanes):
         if config is None:
             return
         if self.conversation_id is None:
-            self._new_conversation()
+            self.new_conversation()
             if self.conversation_id is None:
                 return  # it said why; the text stays in the input box
         try:
@@ -409,7 +409,7 @@ class MainWindow(WindowPanes):
         self.list.fill(self.store.list(self.search.text()), select)
 
     @Slot()
-    def _new_conversation(self) -> None:
+    def new_conversation(self) -> None:
         if self.generating:
             return
         try:
@@ -471,7 +471,7 @@ class MainWindow(WindowPanes):
             if self.list.count():
                 self.list.setCurrentRow(0)
             else:
-                self._new_conversation()
+                self.new_conversation()
 
     # ------------------------------------------------------------- settings
     @Slot(bool)

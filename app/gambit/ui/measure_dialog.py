@@ -55,6 +55,7 @@ from gambit.storage import measurements
 from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations
 from gambit.storage.settings import Settings
 from gambit.ui import theme
+from gambit.ui.measure_results import MeasureResults
 
 POLICIES = (("adaptive", "Adaptive γ", True), ("fixed=2", "Fixed γ=2", False),
             ("fixed=4", "Fixed γ=4", True), ("fixed=8", "Fixed γ=8", False))  # fmt: skip
@@ -128,8 +129,6 @@ class MeasureDialog(QDialog):
         self._build_run(col)
         col.addWidget(self._build_earlier(), 2)
         splitter.addWidget(left)
-
-        from gambit.ui.measure_results import MeasureResults
 
         self.results = MeasureResults()
         splitter.addWidget(self.results)

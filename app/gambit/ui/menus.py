@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import html
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QObject, Qt, QUrl, Signal, Slot
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QMessageBox, QWidget
 
 from gambit import __version__
+from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage.paths import log_dir
+from gambit.storage.settings import Settings
+from gambit.ui.window_layout import WindowPanes
 
 if TYPE_CHECKING:
-    from gambit.ui.main_window import MainWindow
+    from gambit.qt.served import LocalService  # (the web stack loads only when served)
     from gambit.ui.measure_dialog import MeasureDialog
     from gambit.ui.server_dialog import ServerDialog
 
@@ -51,6 +54,7 @@ class _AboutFetcher(QObject):
         threading.Thread(target=self._run, name="about-lines", daemon=True).start()
 
     def _run(self) -> None:
+        # Imported when asked: the self-test's checks are not the window's start.
         from gambit.cli.selftest import about_lines
 
         try:
@@ -60,12 +64,44 @@ class _AboutFetcher(QObject):
         self.ready.emit(lines)
 
 
-class MenuBar(QObject):
-    """Builds the menus onto ``window`` and owns the actions that only they have."""
+class MenuWindow(Protocol):
+    """What the menus act on beyond the window's panes: the main window's
+    toolbar actions, its statistics dock and its engine. (A protocol, so that
+    the menus need not import the window that builds them.)"""
 
-    def __init__(self, window: MainWindow) -> None:
+    local_service: LocalService | None  # made by Tools → Local server, once
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def engine_info(self) -> EngineInfo | None: ...
+    @property
+    def generating(self) -> bool: ...
+    @property
+    def worker(self) -> EngineWorker: ...
+    @property
+    def stats(self) -> QDockWidget: ...
+    @property
+    def speculation_action(self) -> QAction: ...
+    @property
+    def models_action(self) -> QAction: ...
+    @property
+    def settings_action(self) -> QAction: ...
+
+    def new_conversation(self) -> None: ...
+
+    def apply_settings(self, new: Settings) -> bool: ...
+
+
+class MenuBar(QObject):
+    """Builds the menus onto ``window`` and owns the actions that only they have.
+    ``window`` and ``acts_on`` are the main window twice over: its panes, and
+    what its menu items act on."""
+
+    def __init__(self, window: WindowPanes, acts_on: MenuWindow) -> None:
         super().__init__(window)
         self.window = window
+        self.host = acts_on
         self._build_actions()
         self._build_menus()
         self._about: _AboutFetcher | None = None
@@ -81,12 +117,12 @@ class MenuBar(QObject):
         return action
 
     def _build_actions(self) -> None:
-        w = self.window
+        w, h = self.window, self.host
         self.new_chat = self._action(
             "&New chat", "newChatAction", "Start a new conversation",
             standard_keys(QKeySequence.StandardKey.New, "Ctrl+N"),
         )  # fmt: skip
-        self.new_chat.triggered.connect(w._new_conversation)
+        self.new_chat.triggered.connect(h.new_conversation)
         w.new_button.setToolTip(self.new_chat.toolTip())
         self.quit = self._action(
             "&Quit", "quitAction", "Close Gambit",
@@ -111,7 +147,7 @@ class MenuBar(QObject):
         )  # fmt: skip
         self.find.triggered.connect(self._on_find)
 
-        self.stats = w.stats.toggleViewAction()
+        self.stats = h.stats.toggleViewAction()
         self.stats.setObjectName("statisticsAction")
         self.stats.setText("&Statistics panel")
         self.stats.setIconText("Statistics")
@@ -125,17 +161,17 @@ class MenuBar(QObject):
         self.sidebar.setChecked(True)
         self.sidebar.toggled.connect(self._on_sidebar_toggled)
 
-        w.settings_action.setText("&Settings…")
-        w.settings_action.setShortcuts(
+        h.settings_action.setText("&Settings…")
+        h.settings_action.setShortcuts(
             standard_keys(QKeySequence.StandardKey.Preferences, "Ctrl+,")
         )
-        w.settings_action.setMenuRole(QAction.MenuRole.PreferencesRole)
-        set_tip(w.settings_action, "Models, speculation, sampling and chat settings")
-        w.models_action.setText("&Models…")
-        w.models_action.setShortcut(QKeySequence("Ctrl+Shift+M"))
-        set_tip(w.models_action, "Choose the target and draft models, derive or download them")
-        w.speculation_action.setShortcut(QKeySequence("Ctrl+Shift+P"))
-        set_tip(w.speculation_action, "Speculative decoding on/off (takes effect at once)")
+        h.settings_action.setMenuRole(QAction.MenuRole.PreferencesRole)
+        set_tip(h.settings_action, "Models, speculation, sampling and chat settings")
+        h.models_action.setText("&Models…")
+        h.models_action.setShortcut(QKeySequence("Ctrl+Shift+M"))
+        set_tip(h.models_action, "Choose the target and draft models, derive or download them")
+        h.speculation_action.setShortcut(QKeySequence("Ctrl+Shift+P"))
+        set_tip(h.speculation_action, "Speculative decoding on/off (takes effect at once)")
 
         self.measure = self._action(
             "Measure on my &chats…", "measureAction",
@@ -157,7 +193,7 @@ class MenuBar(QObject):
         self.open_logs.triggered.connect(self._on_open_logs)
 
     def _build_menus(self) -> None:
-        w = self.window
+        w, h = self.window, self.host
         bar = w.menuBar()
         bar.setObjectName("menuBar")
         menus = {}
@@ -177,9 +213,9 @@ class MenuBar(QObject):
         menus["editMenu"].addAction(self.find)
         menus["viewMenu"].addActions([self.stats, self.sidebar])
         tools = menus["toolsMenu"]
-        tools.addAction(w.speculation_action)
+        tools.addAction(h.speculation_action)
         tools.addSeparator()
-        tools.addActions([w.models_action, w.settings_action])
+        tools.addActions([h.models_action, h.settings_action])
         tools.addSeparator()
         tools.addAction(self.measure)
         tools.addAction(self.server)
@@ -230,15 +266,15 @@ class MenuBar(QObject):
         from gambit.qt.served import LocalService
         from gambit.ui.server_dialog import ServerDialog, ServerHost
 
-        w = self.window
-        if w.local_service is None:
-            w.local_service = LocalService(w.worker, lambda: w.engine_info)
+        w, h = self.window, self.host
+        if h.local_service is None:
+            h.local_service = LocalService(h.worker, lambda: h.engine_info)
         if self._server is None:
             host = ServerHost(
-                service=w.local_service,
-                settings=lambda: w.settings,
-                apply=w.apply_settings,
-                engine_info=lambda: w.engine_info,
+                service=h.local_service,
+                settings=lambda: h.settings,
+                apply=h.apply_settings,
+                engine_info=lambda: h.engine_info,
             )
             self._server = ServerDialog(host, w)
         self._server.show()
@@ -247,18 +283,19 @@ class MenuBar(QObject):
     @Slot()
     def open_measure(self) -> None:
         """The "Measure on my chats" dialog, window-modal: the engine is busy
-        replaying while it runs, so the chat waits."""
+        replaying while it runs, so the chat waits. (The measuring code and its
+        charts load here, not at start-up.)"""
         from gambit.ui.measure_dialog import MeasureDialog, MeasureHost
 
-        w = self.window
+        w, h = self.window, self.host
         if self._measure is None:
             host = MeasureHost(
-                worker=w.worker,
+                worker=h.worker,
                 db_path=w.store.path,
-                settings=lambda: w.settings,
-                apply=w.apply_settings,
-                engine_info=lambda: w.engine_info,
-                busy=lambda: w.generating,
+                settings=lambda: h.settings,
+                apply=h.apply_settings,
+                engine_info=lambda: h.engine_info,
+                busy=lambda: h.generating,
             )
             self._measure = MeasureDialog(host, w)
             self._measure.setWindowModality(Qt.WindowModality.WindowModal)

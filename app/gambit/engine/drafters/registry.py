@@ -19,10 +19,10 @@ from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.errors import ModelFileError
+from gambit.formats.layerskip_file import LayerSkipInfo, read_layer_skip_info
 
 if TYPE_CHECKING:
     from gambit.engine.runtime import ModelRuntime
-    from gambit.formats.layerskip_file import LayerSkipInfo
 
 DrafterKind = Literal["none", "draft", "lookup", "layerskip"]
 # Where a drafter's GGUF comes from: it has none; the user chooses it; or it is
@@ -98,8 +98,6 @@ def _build_draft(given: BuildInput) -> Built:
 
 
 def _build_layerskip(given: BuildInput) -> Built:
-    from gambit.formats.layerskip_file import read_layer_skip_info
-
     assert given.draft is not None and given.draft_path is not None
     built = _build_draft(given)
     built.layer_skip = read_layer_skip_info(given.draft_path)
