@@ -19,12 +19,12 @@ from gambit.engine.decoder import (
     Round,
     SpeculativeDecoder,
     StopReason,
-    _TextStream,
 )
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text_stream import TextStream
 from gambit.engine.tokens import common_prefix_length
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -253,12 +253,12 @@ TEXT = "héllo wörld 🎉"
 def test_text_stream_split_utf8_at_every_byte() -> None:
     data = TEXT.encode("utf-8")
     for cut in range(len(data) + 1):
-        stream = _TextStream(())
+        stream = TextStream(())
         pieces = [stream.feed(data[:cut])[0], stream.feed(data[cut:])[0], stream.finish()]
         assert "".join(pieces) == TEXT, cut
         assert all("\ufffd" not in p for p in pieces)
         assert stream.text == TEXT
-    stream = _TextStream(())
+    stream = TextStream(())
     pieces = [stream.feed(bytes([b]))[0] for b in data]
     assert "".join(pieces) + stream.finish() == TEXT
     assert all("\ufffd" not in p for p in pieces)
@@ -267,7 +267,7 @@ def test_text_stream_split_utf8_at_every_byte() -> None:
 
 
 def test_text_stream_stop_string_across_feeds() -> None:
-    stream = _TextStream(("STOP",))
+    stream = TextStream(("STOP",))
     first, hit1 = stream.feed(b"abcST")
     second, hit2 = stream.feed(b"OPdef")
     assert (hit1, hit2) == (False, True)
@@ -278,7 +278,7 @@ def test_text_stream_stop_string_across_feeds() -> None:
 
 def test_text_stream_holds_back_only_a_possible_stop_prefix() -> None:
     # "c" cannot begin "STOP", so only "ST" needs holding back
-    stream = _TextStream(("STOP",))
+    stream = TextStream(("STOP",))
     assert stream.feed(b"abcST") == ("abc", False)
     assert stream.feed(b"OPdef") == ("", True)
 
@@ -286,6 +286,6 @@ def test_text_stream_holds_back_only_a_possible_stop_prefix() -> None:
 def test_text_stream_cuts_at_the_earliest_stop_string() -> None:
     # A round can bring several tokens at once: the first stop string in the
     # text must win, whatever its place in the list.
-    stream = _TextStream(("User:", "\n"))
+    stream = TextStream(("User:", "\n"))
     assert stream.feed(b"Hi\nUser: next") == ("Hi", True)
     assert stream.text == "Hi"

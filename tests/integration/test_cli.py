@@ -97,6 +97,36 @@ def test_generate_draft(greedy_runs: dict[str, subprocess.CompletedProcess[str]]
     assert 0 <= int(accepted[1]) <= int(accepted[2]) and int(accepted[2]) > 0  # it drafted
 
 
+def test_generate_with_draft_model_and_lookup_says_what_each_supplied(
+    tmp_path: Path, smol_q8_0: Path, smol_q4_1: Path
+) -> None:
+    text = "Repeat this list exactly, one item per line: apple, pear, plum, cherry, apple, pear."
+    args = ["--target", smol_q8_0, *FAST, "--temp", "0", "--max-tokens", "64", text]
+    # fixed γ: lookup after a long match, the draft model elsewhere (the drafter's preference)
+    both = gambit(
+        "generate", *args, "--draft", smol_q4_1, "--lookup", "--policy", "fixed", home=tmp_path
+    )
+    assert both.returncode == 0, both.stderr
+    line = _stats_line(both)
+    assert "[draft model + lookup]" in line
+    # accepted 30/41 (73%): 20 lookup, 10 draft — each source named with its count
+    found = re.search(r"accepted (\d+)/\d+ \(\d+%\): (\d+) (\w+), (\d+) (\w+)", line)
+    assert found, line
+    assert {found[3], found[5]} == {"lookup", "draft"}
+    assert int(found[2]) + int(found[4]) == int(found[1])
+    plain = gambit("generate", *args, home=tmp_path)
+    assert both.stdout == plain.stdout  # greedy: speculation changes nothing
+
+
+def test_drafter_flags_that_do_not_combine_are_refused(tmp_path: Path, smol_q8_0: Path) -> None:
+    proc = gambit(
+        "generate", "--target", smol_q8_0, "--layer-skip", "--lookup", "Hi", home=tmp_path
+    )
+    assert proc.returncode == 2
+    assert "--lookup and --layer-skip cannot be used together" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_generate_greedy_output_is_the_same_with_or_without_speculation(
     greedy_runs: dict[str, subprocess.CompletedProcess[str]],
 ) -> None:

@@ -5,12 +5,14 @@ target whose CPU kernels give the same logits batched and single (Q8_0, Q4_1).
 For F16, whose kernels are not batch-invariant, any divergence must sit on a
 near-tie of the target's top two logits. Temperature 1: the joint distribution
 of the first two reply tokens matches the target's exact distribution
-(chi-square), with a draft model, with a deliberately poor draft, and with
-prompt lookup.
+(chi-square), with a draft model, with a deliberately poor draft, with
+prompt lookup, and with both taking turns (``CombinedDrafter``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ from scipy.stats import chisquare
 
 from gambit.engine.chat import ChatTemplate, Message
 from gambit.engine.decoder import FixedGamma, GenerationConfig, SpeculativeDecoder
+from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.kernels import KernelConfig
@@ -73,6 +76,27 @@ def test_greedy_prompt_lookup_is_token_identical(
         assert [t for r in rounds for t in r.tokens] == _reply(plain, prompt, GREEDY)
         accepted += sum(r.n_accepted for r in rounds)
     assert accepted > 0
+
+
+def test_greedy_draft_model_and_lookup_together_are_token_identical(
+    rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime
+) -> None:
+    # A fixed policy drafts from lookup after a long match and from the draft
+    # model elsewhere: the list and the rewrite give lookup its stretches.
+    spec = SpeculativeDecoder(
+        rt_q8_0, CombinedDrafter(DraftModelDrafter(rt_q4_1), PromptLookupDrafter()), FixedGamma(4)
+    )
+    plain = SpeculativeDecoder(rt_q8_0)
+    accepted: dict[str, int] = {}
+    for text in PROMPTS:
+        prompt = _prompt(rt_q8_0, text)
+        rounds = list(spec.generate(prompt, GREEDY))
+        assert [t for r in rounds for t in r.tokens] == _reply(plain, prompt, GREEDY), text
+        for r in rounds:
+            if r.drafted_by:
+                accepted[r.drafted_by] = accepted.get(r.drafted_by, 0) + r.n_accepted
+    assert set(accepted) == {"draft model", "prompt lookup"}, accepted
+    assert min(accepted.values()) > 0
 
 
 def test_f16_divergence_only_on_near_ties(rt_f16: ModelRuntime, rt_q4_1: ModelRuntime) -> None:
@@ -133,8 +157,21 @@ def _goodness_of_fit(samples: list[tuple[int, int]], exact: dict[tuple[int, int]
     return float(chisquare(counts, expected).pvalue)
 
 
+@dataclass
+class TakingTurns(FixedGamma):
+    """Fixed γ; a combined drafter's sources in turn, reply by reply."""
+
+    turn: int = 0
+
+    def start_reply(self, n_context: int) -> None:
+        self.turn += 1
+
+    def choose(self, hints: Sequence[int]) -> int:
+        return hints[self.turn % len(hints)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("drafter_kind", ["none", "draft", "poor-draft", "lookup"])
+@pytest.mark.parametrize("drafter_kind", ["none", "draft", "poor-draft", "lookup", "draft+lookup"])
 def test_temperature_one_matches_target_distribution(
     rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime, drafter_kind: str
 ) -> None:
@@ -150,16 +187,20 @@ def test_temperature_one_matches_target_distribution(
             rt_q4_1, sampling=SamplingParams(temperature=2.5, top_k=6, top_p=1.0, min_p=0.0)
         ),
         "lookup": PromptLookupDrafter(ngram_min=1),
+        "draft+lookup": CombinedDrafter(
+            DraftModelDrafter(rt_q4_1), PromptLookupDrafter(ngram_min=1)
+        ),
     }[drafter_kind]
-    if isinstance(drafter, DraftModelDrafter):
+    if isinstance(drafter, DraftModelDrafter | CombinedDrafter):
         # The draft holds the prompt, as after a chat's earlier turns: the first
         # round drafts (a draft model that must read a whole prompt lets the
         # first token come first, and two tokens would leave nothing to draft).
         rt_q4_1.clear()
         drafter.prepare(prompt)
-    decoder = SpeculativeDecoder(rt_q8_0, drafter, FixedGamma(3))
+    decoder = SpeculativeDecoder(rt_q8_0, drafter, TakingTurns(3))
     samples: list[tuple[int, int]] = []
     drafted = accepted = 0
+    sources: set[str] = set()
     for seed in range(500):
         config = GenerationConfig(
             max_tokens=2, sampling=SamplingParams(**{**sampling.__dict__, "seed": seed})
@@ -168,9 +209,12 @@ def test_temperature_one_matches_target_distribution(
         tokens = [t for r in rounds for t in r.tokens]
         drafted += sum(r.n_drafted for r in rounds)
         accepted += sum(r.n_accepted for r in rounds)
+        sources |= {r.drafted_by for r in rounds if r.drafted_by}
         samples.append((tokens[0], tokens[1] if len(tokens) > 1 else -1))
     if drafter is not None:
         assert drafted > 0
+    if isinstance(drafter, CombinedDrafter):
+        assert sources == {"draft model", "prompt lookup"}  # both drafted, in turn
     if drafter_kind == "poor-draft":
         assert accepted < drafted  # rejections happened
     p_value = _goodness_of_fit(samples, exact)

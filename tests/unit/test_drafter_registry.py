@@ -23,7 +23,7 @@ from gambit.engine.drafters.registry import (
     tag,
 )
 from gambit.engine.session import EngineConfig
-from gambit.errors import ModelFileError
+from gambit.errors import GambitError, ModelFileError
 from gambit.models.drafter_files import DERIVATIONS, DraftFile, resolve_drafter_file
 from gambit.storage.settings import Settings
 
@@ -41,11 +41,13 @@ def test_records_say_what_the_wiring_did_by_hand() -> None:
         "none": "none",
         "lookup": "none",
         "draft": "chosen",
+        "draft+lookup": "chosen",
         "layerskip": "derived",
     }
     assert DRAFTER_LABELS == {
         "lookup": "prompt lookup",
         "draft": "draft model",
+        "draft+lookup": "draft model + lookup",
         "layerskip": "layer skip",
     }
     assert short_name("mtp") == "mtp" and tag("layerskip") == "layer skip"
@@ -67,11 +69,14 @@ def test_the_command_line_has_one_flag_per_drafting_kind(tmp_path: Path) -> None
         (["--lookup"], "lookup"),
         (["--draft", str(draft)], "draft"),
         (["--layer-skip"], "layerskip"),
+        (["--draft", str(draft), "--lookup"], "draft+lookup"),  # the one that combines
     ):
         args = parser.parse_args(["generate", *argv, "hello"])
         assert chosen_drafter(args).kind == kind
-    with pytest.raises(SystemExit):
-        parser.parse_args(["generate", "--lookup", "--layer-skip", "hello"])
+    for argv in (["--lookup", "--layer-skip"], ["--draft", str(draft), "--layer-skip"]):
+        args = parser.parse_args(["generate", *argv, "hello"])
+        with pytest.raises(GambitError, match="cannot be used together"):
+            chosen_drafter(args)
 
 
 def test_settings_resolve_the_draft_file_by_the_record(tmp_path: Path) -> None:

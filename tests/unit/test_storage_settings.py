@@ -88,7 +88,10 @@ def test_defaults_validate() -> None:
         ({"gamma_max": 3}, "Fixed γ must be between 1 and max γ (3)."),
         ({"gamma_max": 0, "fixed_gamma": 0}, "Max γ must be between 1 and 16."),
         ({"drafter": "draft"}, "Draft model: choose a file when the drafter is 'draft model'."),
-        ({"drafter": "magic"}, "Drafter must be one of 'none', 'draft', 'lookup', 'layerskip'."),
+        (
+            {"drafter": "magic"},
+            "Drafter must be one of 'none', 'draft', 'lookup', 'draft+lookup', 'layerskip'.",
+        ),
         ({"tree_nodes": 1}, "Tree nodes must be between 2 and 16."),
         ({"tree_nodes": 17}, "Tree nodes must be between 2 and 16."),
         ({"policy": "off"}, "γ policy must be one of 'adaptive', 'fixed'."),

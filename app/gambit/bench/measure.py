@@ -50,7 +50,8 @@ from gambit.engine.decoder import (
     SpeculativeDecoder,
     StopReason,
 )
-from gambit.engine.drafters.base import Drafter
+from gambit.engine.drafters.base import ChoosingDrafter, Drafter
+from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, BuildInput, DrafterKind, spec
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import cpu_id
@@ -139,9 +140,12 @@ class MeasurementCancelledError(GambitError):
 
 def available_drafters(engine: Engine) -> tuple[DrafterKind, ...]:
     """The drafters the loaded models allow: those that need no model (prompt
-    lookup) always, and the draft model or layer-skip draft when one is loaded."""
+    lookup) always, and the draft model or layer-skip draft when one is loaded
+    (with draft model + lookup loaded, the draft model alone too)."""
     kinds: list[DrafterKind] = [k for k in DRAFTING if not DRAFTERS[k].loads_model]
     if spec(engine.config.drafter).loads_model and engine.draft_runtime is not None:
+        if isinstance(engine.drafter, CombinedDrafter):
+            kinds.append("draft")
         kinds.append(engine.config.drafter)
     return tuple(kinds)
 
@@ -212,6 +216,8 @@ class _Replayer:
         if not kind.loads_model:  # a fresh one (prompt lookup), not the engine's
             given = BuildInput(engine.target, None, None, engine.config.lookup_ngram_max)
             drafter = kind.build(given).drafter
+        elif isinstance(engine.drafter, CombinedDrafter) and kind.kind == "draft":
+            drafter = engine.drafter.model  # the draft model alone, next to both together
         else:
             drafter = engine.drafter
         if kind.free:
@@ -228,6 +234,7 @@ class _Replayer:
                 tree_nodes=engine.config.tree_nodes,
                 tree=config.tree,
             ),
+            free_hint=drafter.is_free if isinstance(drafter, ChoosingDrafter) else None,
         )
         return SpeculativeDecoder(engine.target, drafter, policy)
 

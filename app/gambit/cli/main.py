@@ -28,7 +28,7 @@ from gambit.engine.busy import LoadMeter
 from gambit.engine.chat import Message
 from gambit.engine.controller import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, PolicyMode
 from gambit.engine.decoder import GenerationConfig
-from gambit.engine.drafters.registry import DRAFTERS, DrafterSpec
+from gambit.engine.drafters.registry import DRAFTERS, DrafterSpec, combined_kind
 from gambit.engine.limits import THREADS_MAX, non_negative_int_arg, positive_int_arg, threads_arg
 from gambit.engine.metrics import (
     NO_FIGURE,
@@ -55,14 +55,15 @@ def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -
         required=target_required,
         help="target GGUF model (default: the embedded SmolLM2-135M-Instruct)",
     )
-    g = p.add_mutually_exclusive_group()
-    for drafter in DRAFTERS.values():  # one flag per drafter kind, in the registry's order
+    # One flag per drafter kind, in the registry's order; flags go together only
+    # where a drafter combines them (--draft FILE --lookup: chosen_drafter).
+    for drafter in DRAFTERS.values():
         if drafter.cli_flag is None:
             continue
         if drafter.file == "chosen":
-            g.add_argument(drafter.cli_flag, type=Path, help=drafter.cli_help)
+            p.add_argument(drafter.cli_flag, type=Path, help=drafter.cli_help)
         else:
-            g.add_argument(drafter.cli_flag, action="store_true", help=drafter.cli_help)
+            p.add_argument(drafter.cli_flag, action="store_true", help=drafter.cli_help)
     p.add_argument(
         "--tree",
         action="store_true",
@@ -254,11 +255,21 @@ def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def chosen_drafter(args: argparse.Namespace) -> DrafterSpec:
-    """The drafter whose flag was given (the flags exclude each other); none without."""
-    for drafter in DRAFTERS.values():
-        if drafter.cli_dest is not None and getattr(args, drafter.cli_dest, None):
-            return drafter
-    return DRAFTERS["none"]
+    """The drafter whose flag was given, or the one that combines the flags
+    given (``--draft FILE --lookup``); none without. Other flags together are
+    a GambitError that names them."""
+    given = [
+        d for d in DRAFTERS.values() if d.cli_dest is not None and getattr(args, d.cli_dest, None)
+    ]
+    if not given:
+        return DRAFTERS["none"]
+    if len(given) == 1:
+        return given[0]
+    combined = combined_kind({d.kind for d in given})
+    if combined is None:
+        flags = " and ".join(str(d.cli_flag) for d in given)
+        raise GambitError(f"{flags} cannot be used together (--draft and --lookup can)")
+    return combined
 
 
 def rpc_workers(args: argparse.Namespace) -> tuple[str, ...]:
@@ -411,7 +422,7 @@ def summary_line(
     parts += [f"ttft {s.ttft_ms:.0f} ms", f"p99 {s.p99_ms:.1f} ms"]
     if drafter:
         parts += [
-            format_accepted(s.n_accepted, s.n_drafted),
+            format_accepted(s.n_accepted, s.n_drafted, dict(s.accepted_by_drafter)),
             f"{s.tokens_per_round:.2f} tok/round",
             f"controller: {reason}",
         ]

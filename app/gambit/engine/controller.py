@@ -42,6 +42,13 @@ with the best expected rate; where a batch costs about as much as one token
 (GPUs) side nodes are nearly free and trees win, where every extra token in
 the batch costs (a small CPU) the measured gain must beat it.
 
+A drafter with two sources (the draft model and prompt lookup) offers both
+each round where lookup has a match, and ``choose`` takes the one whose best
+round is expected to pay more, each with its own acceptance (by hint) and its
+own cost: a lookup draft costs no draft steps, but the draft model must read
+the tokens it supplied before it drafts again, so each is priced at that
+catch-up (``CostModel.catch_up_cost``).
+
 Everything here is measured (``gambit.engine.estimates``): ``CostModel`` is
 calibrated at load (``calibrate``) and updated from every round's timings and
 every prompt the drafter reads; ``AcceptanceModel`` from every round's outcomes.
@@ -49,6 +56,7 @@ every prompt the drafter reads; ``AcceptanceModel`` from every round's outcomes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,10 +140,12 @@ class GammaController:
         side_max: int = 0,
         fixed_side: int = 0,
         node_max: int | None = None,
+        free_hint: Callable[[int], bool] | None = None,
     ) -> None:
         """``side_max``: most tree side nodes per round (0: chains only);
         ``node_max``: most draft tokens per round, chain and side nodes
-        together (default γ_max + side_max)."""
+        together (default γ_max + side_max); ``free_hint``: which hints
+        draft at no cost (``ChoosingDrafter.is_free``; None: none do)."""
         if gamma_max < 1:
             raise ValueError("gamma_max must be 1 or more")
         self.node_max = gamma_max + side_max if node_max is None else max(1, node_max)
@@ -154,6 +164,7 @@ class GammaController:
         # whether speculation is on for rounds with that hint.
         self._hints: dict[int, _HintState] = {}
         self._hint = 0
+        self._free_hint = free_hint
         # The first reply may probe at once: the prior is only a guess.
         self._tokens_since_probe = self.PROBE_MAX
         self._probing = False
@@ -173,7 +184,7 @@ class GammaController:
             self._hints[hint] = state
             # Start from what the calibration and the prior predict.
             alpha = state.acceptance.estimate()
-            state.on = float(self._speedups(alpha).max()) >= self.OFF_BELOW
+            state.on = float(self._speedups(alpha, hint).max()) >= self.OFF_BELOW
         return state
 
     @property
@@ -310,11 +321,14 @@ class GammaController:
     def observe(self, rnd: Round) -> None:
         if rnd.tokens:
             self.costs.observe_verify(rnd.n_catch_up + rnd.n_drafted + 1, rnd.t_verify_s)
-        self._behind = 0 if rnd.n_drafted else self._behind + len(rnd.tokens)
+        free = self._is_free()
+        # (a free source's round leaves the draft model behind as a plain one does)
+        self._behind = 0 if rnd.n_drafted and not free else self._behind + len(rnd.tokens)
         if rnd.n_drafted:
             # Side nodes cost the drafter nothing extra: it decodes its main chain only.
             n_chain = rnd.n_drafted - rnd.n_side
-            self._observe_drafting(rnd, n_chain)
+            if not free:
+                self._observe_drafting(rnd, n_chain)
             self.acceptance.observe(rnd.chain_outcomes)
             if rnd.n_side:
                 gain = rnd.side_gain / rnd.n_side
@@ -371,6 +385,29 @@ class GammaController:
             if self.costs.t_draft > 0:
                 self.costs.observe_draft_extra(max(0.0, sync_s - self.costs.t_draft))
 
+    def choose(self, hints: Sequence[int]) -> int:
+        """The option (a hint per source, the drafter's preferred first) whose
+        round is expected to pay best, by its own acceptance and cost; an
+        option never drafted for first (``next_gamma`` probes it: its
+        acceptance is only the prior). Outside the adaptive mode, the
+        drafter's preference."""
+        if self.mode != "adaptive" or len(hints) < 2:
+            return hints[0]
+        chosen, best = hints[0], -np.inf
+        for hint in hints:
+            state = self._state(hint)
+            if not state.acceptance.seen.any():
+                return hint
+            self._hint = hint
+            speedup = self._best()[2] if state.on else self.OFF_BELOW
+            if speedup > best:
+                chosen, best = hint, speedup
+        return chosen
+
+    def _is_free(self, hint: int | None = None) -> bool:
+        """Whether the source of ``hint`` (default: the current one) drafts at no cost."""
+        return self._free_hint is not None and self._free_hint(self._hint if hint is None else hint)
+
     # -- the model
     def expected_rate(self, gamma: int, side: int = 0) -> float:
         """Expected tokens per second of a round with γ draft tokens and ``side`` side nodes."""
@@ -378,17 +415,19 @@ class GammaController:
         tokens = self.acceptance.expected_tokens(gamma) + (side * self.side_gain if gamma else 0.0)
         return tokens / cost if cost > 0 else 0.0
 
-    def _speedups(self, alpha: np.ndarray) -> np.ndarray:
+    def _speedups(self, alpha: np.ndarray, hint: int | None = None) -> np.ndarray:
         """Expected speedup over plain decoding, shape (γ_max, side_max + 1):
         entry [γ - 1, w] for γ draft tokens and w side nodes, given α (-inf
-        where γ + w exceeds the node budget). Read-only: it may be cached.
+        where γ + w exceeds the node budget), for rounds with ``hint``
+        (default: the current one). Read-only: it may be cached.
 
         Speedups are ratios, so they do not depend on t1, which every plain
         round moves: they are computed in units of t1 and kept until the cost
         curve, the draft's cost, α or the side gain change. A round that is off
         asks for them five times (measured: ~0.3 ms a round uncached, 3 % of a
         Q8_0 SmolLM2 token on 2 cores, which is most of the floor's loss)."""
-        key = (self.costs.curve_key(), self.side_gain, alpha.tobytes())
+        free = self._is_free(hint)
+        key = (self.costs.curve_key(), self.side_gain, alpha.tobytes(), free)
         cached = self._speedup_cache.get(key)
         if cached is not None:
             return cached
@@ -396,9 +435,15 @@ class GammaController:
         w = np.arange(self.side_max + 1)[None, :]
         k = g + w + 1  # verification batch sizes
         verify, draft = self.costs.relative_costs(int(k.max()))
-        # CostModel.round_cost, in units of t1, for every (γ, w) at once.
-        costs = g * draft + self.costs.draft_extra_ratio + verify[k - 1]
         tokens = (1.0 + np.cumsum(np.cumprod(alpha)))[:, None] + w * self.side_gain
+        if free:
+            # No draft steps; the draft model reads every committed token later.
+            t1 = self.costs.t1
+            catch_up = self.costs.catch_up_cost(1) / t1 if t1 > 0 else 0.0
+            costs = verify[k - 1] + tokens * catch_up
+        else:
+            # CostModel.round_cost, in units of t1, for every (γ, w) at once.
+            costs = g * draft + self.costs.draft_extra_ratio + verify[k - 1]
         speedups: np.ndarray = tokens / costs * verify[0] if verify[0] > 0 else 0.0 * costs
         speedups[g + w > self.node_max] = -np.inf
         speedups.flags.writeable = False  # shared by every caller until the key changes

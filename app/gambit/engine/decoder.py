@@ -16,20 +16,20 @@ again in front of its own tokens (``Round.n_catch_up``).
 
 from __future__ import annotations
 
-import codecs
 import enum
 import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
-from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Drafter, TreeDrafter
+from gambit.engine.drafters.base import EMPTY_DRAFT, ChoosingDrafter, Draft, Drafter, TreeDrafter
 from gambit.engine.runtime import FloatRows
 from gambit.engine.sampling import Distribution, SamplingParams, process
+from gambit.engine.text_stream import TextStream
 from gambit.engine.tokens import common_prefix_length
 from gambit.engine.tree import DraftTree
 from gambit.engine.verify import speculative_sample, verify_tree
@@ -80,6 +80,9 @@ class Round:
     # target's before the first round, the drafter's reading of the prompt
     # before the round that follows it (the first token does not wait for it).
     t_prompt_s: float = 0.0
+    # The name of what drafted this round (a source of a ChoosingDrafter, or
+    # the drafter itself: "prompt lookup"); "" where nothing was drafted.
+    drafted_by: str = ""
 
     @property
     def chain_outcomes(self) -> tuple[bool, ...]:
@@ -106,6 +109,11 @@ class GammaPolicy(Protocol):
     def next_gamma(self, hint: int = 0) -> int:
         """``hint``: the drafter's signal for this round (``Drafter.hint``);
         rounds with the same hint share what the policy learns."""
+        ...
+
+    def choose(self, hints: Sequence[int]) -> int:
+        """Which of a ``ChoosingDrafter``'s options (hints, one per source,
+        the preferred first) the coming round drafts from."""
         ...
 
     def start_reply(self, n_context: int) -> None:
@@ -136,6 +144,9 @@ class FixedGamma:
 
     def next_gamma(self, hint: int = 0) -> int:
         return self.gamma
+
+    def choose(self, hints: Sequence[int]) -> int:
+        return hints[0]  # (nothing measured to choose by: the drafter's preference)
 
     def start_reply(self, n_context: int) -> None:
         pass
@@ -205,46 +216,6 @@ def _recent(sampling: SamplingParams, context: list[int], drafted: list[int]) ->
     return (context[-n:] + drafted)[-n:]
 
 
-class _TextStream:
-    """Bytes of token pieces -> text, safe across split UTF-8 characters, and
-    holding back a tail only while it could still become a stop string."""
-
-    def __init__(self, stop_strings: Sequence[str]) -> None:
-        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        self._stops = [s for s in stop_strings if s]
-        self._longest = max((len(s) for s in self._stops), default=0)
-        self.text = ""  # all text decoded so far
-        self._emitted = 0
-
-    def feed(self, data: bytes) -> tuple[str, bool]:
-        """Returns (newly visible text, hit a stop string)."""
-        start = max(0, len(self.text) - self._longest + 1)  # a stop may straddle feeds
-        self.text += self._utf8.decode(data)
-        hits = [at for s in self._stops if (at := self.text.find(s, start)) >= 0]
-        if hits:
-            self.text = self.text[: min(hits)]  # the earliest stop in the text wins
-            return self._release(len(self.text)), True
-        return self._release(len(self.text) - self._partial_stop_length()), False
-
-    def finish(self) -> str:
-        self.text += self._utf8.decode(b"", final=True)
-        return self._release(len(self.text))
-
-    def _partial_stop_length(self) -> int:
-        """Length of the longest tail of the text that begins some stop string."""
-        text = self.text
-        for n in range(min(self._longest - 1, len(text)), 0, -1):
-            tail = text[-n:]
-            if any(s.startswith(tail) for s in self._stops):
-                return n
-        return 0
-
-    def _release(self, upto: int) -> str:
-        out = self.text[self._emitted : upto]
-        self._emitted = max(self._emitted, upto)
-        return out
-
-
 class Target(Protocol):
     """What the round loop needs of the target model. ``ModelRuntime`` is the
     real one; the unit tests drive the loop with a small numpy model."""
@@ -289,7 +260,7 @@ class _Reply:
     """The state of one generation between rounds."""
 
     context: list[int]  # committed tokens: prompt and reply so far
-    stream: _TextStream
+    stream: TextStream
     t_start: float
     sampling: SamplingParams
     rng: np.random.Generator  # target sampling and verification
@@ -300,6 +271,8 @@ class _Reply:
     # the policy found it would not pay.
     read: bool | None = None
     t_prompt_s: float = 0.0  # prompt processing not yet reported by a round
+    source: str = ""  # what drafts the coming round (Round.drafted_by)
+    choosing: bool = False  # the drafter is a ChoosingDrafter (asked once per reply)
 
 
 class SpeculativeDecoder:
@@ -346,7 +319,7 @@ class SpeculativeDecoder:
         seed = sampling.seed if sampling.seed is not None else secrets.randbits(64)
         reply = _Reply(
             list(prompt),
-            _TextStream(config.stop_strings),
+            TextStream(config.stop_strings),
             t_start,
             sampling,
             rng=np.random.default_rng([seed, 0]),
@@ -360,6 +333,7 @@ class SpeculativeDecoder:
             # Trees need a drafter that drafts them and a target with a KV
             # sequence per leaf; decided once, not every round.
             trees = self.target.n_seq_max > 1 and isinstance(self.drafter, TreeDrafter)
+            reply.choosing = isinstance(self.drafter, ChoosingDrafter)
             while True:
                 if cancel is not None and cancel.is_set():
                     yield self._final(reply, StopReason.CANCELLED)
@@ -421,6 +395,7 @@ class SpeculativeDecoder:
             main_outcomes=verdict.main_outcomes,
             n_catch_up=len(pending) - 1,
             t_prompt_s=t_prompt_s,
+            drafted_by=reply.source if verdict.n_drafted else "",
         )
 
     # -- the steps of a generation
@@ -478,9 +453,18 @@ class SpeculativeDecoder:
     ) -> tuple[int, int]:
         """This round's γ and side nodes: the policy's, within the tokens the
         reply may still have, the context's free slots and the batch."""
-        if self.drafter is None or not self.speculation_enabled:
+        drafter = self.drafter
+        if drafter is None or not self.speculation_enabled:
             return 0, 0
-        hint = self.drafter.hint(reply.context)
+        if reply.choosing:
+            choosing = cast(ChoosingDrafter, drafter)
+            options = choosing.options(reply.context)
+            hint: int | None = self.policy.choose(options) if options else None
+            if hint is not None:
+                reply.source = choosing.use(hint)
+        else:
+            hint = drafter.hint(reply.context)
+            reply.source = drafter.name
         if hint is None:  # nothing to propose: a plain round
             return 0, 0
         remaining = max_tokens - reply.n_generated

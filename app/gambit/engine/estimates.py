@@ -201,10 +201,11 @@ class CostModel:
         ratio = self.catch_up_ratio or self.draft_ratio / 2
         return n_tokens * ratio * self.t1
 
-    def curve_key(self) -> tuple[bool, bytes, float, float]:
+    def curve_key(self) -> tuple[bool, bytes, float, float, float]:
         """What ratios of costs depend on (not t1 itself): equal keys, equal
-        ``relative_costs`` and ``draft_extra_ratio``."""
-        return (self.t1 > 0, self._raw_key(), self.draft_ratio, self.draft_extra_ratio)
+        ``relative_costs``, ``draft_extra_ratio`` and catch-up per token."""
+        ratios = (self.draft_ratio, self.draft_extra_ratio, self.catch_up_ratio)
+        return (self.t1 > 0, self._raw_key(), *ratios)
 
     def _raw_key(self) -> bytes:
         # Not t1 nor the count of plain rounds (r(1) is 1 whatever they say):

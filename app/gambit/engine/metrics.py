@@ -37,6 +37,8 @@ numbers (and their formatting) from here.
   the previous token arrived. Tokens that arrive together in one round count
   as one gap of the round's duration followed by gaps of 0, because that is
   what the reader sees. p50 / p99 are percentiles of these gaps.
+- accepted_by_drafter: accepted draft tokens by the drafter that drafted
+  them, where one drafter has two sources (draft model + lookup).
 - acceptance_by_position: for each depth d, the share of rounds that reached
   depth d in which a draft token at depth d was accepted (for a chain: the
   per-position acceptance α_d).
@@ -49,12 +51,17 @@ numbers (and their formatting) from here.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
 
 from gambit.engine.decoder import Round
+from gambit.engine.drafters.registry import DRAFTERS
+
+# A drafter's name (Drafter.name, its short name) -> its tag: "lookup", "draft".
+_SOURCE_TAGS = {spec.short: spec.tag for spec in DRAFTERS.values()}
 
 
 @dataclass
@@ -76,6 +83,8 @@ class GenerationStats:
     # Per draft position i (index i - 1): rounds that tried it, and accepted it.
     tried_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
+    # Accepted draft tokens by what drafted them (Round.drafted_by).
+    accepted_by_drafter: dict[str, int] = field(default_factory=dict)
     _last_emit: float | None = None
 
     def add(self, rnd: Round) -> None:
@@ -89,6 +98,9 @@ class GenerationStats:
         self.n_side += rnd.n_side
         self.side_gain += rnd.side_gain if rnd.n_side else 0
         self.elapsed_s = rnd.elapsed_s
+        if rnd.drafted_by:
+            by = self.accepted_by_drafter
+            by[rnd.drafted_by] = by.get(rnd.drafted_by, 0) + rnd.n_accepted
         for i, accepted in enumerate(rnd.outcomes):
             if i == len(self.tried_by_position):
                 self.tried_by_position.append(0)
@@ -116,6 +128,8 @@ class GenerationStats:
         ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.gaps_s.extend(other.gaps_s)
+        for name, n in other.accepted_by_drafter.items():
+            self.accepted_by_drafter[name] = self.accepted_by_drafter.get(name, 0) + n
         for mine, theirs in (
             (self.tried_by_position, other.tried_by_position),
             (self.accepted_by_position, other.accepted_by_position),
@@ -184,11 +198,24 @@ def format_percent(fraction: float) -> str:
     return f"{fraction * 100:.0f}%"
 
 
-def format_accepted(n_accepted: int, n_drafted: int) -> str:
-    """``"accepted 13/17 (76%)"``; ``"accepted 0/0"`` when nothing was drafted."""
+def format_accepted(
+    n_accepted: int, n_drafted: int, by_drafter: Mapping[str, int] | None = None
+) -> str:
+    """``"accepted 13/17 (76%)"``; ``"accepted 0/0"`` when nothing was drafted;
+    with two or more drafters (``by_drafter``: accepted tokens by drafter
+    name), what each supplied: ``"accepted 96/110 (87%): 70 lookup, 26 draft"``."""
     if not n_drafted:
         return f"accepted {n_accepted}/{n_drafted}"
-    return f"accepted {n_accepted}/{n_drafted} ({format_percent(n_accepted / n_drafted)})"
+    text = f"accepted {n_accepted}/{n_drafted} ({format_percent(n_accepted / n_drafted)})"
+    return text + format_sources(by_drafter)
+
+
+def format_sources(by_drafter: Mapping[str, int] | None) -> str:
+    """``": 70 lookup, 26 draft"`` for two or more drafters, else ``""``."""
+    if not by_drafter or len(by_drafter) < 2:
+        return ""
+    ranked = sorted(by_drafter.items(), key=lambda item: -item[1])
+    return ": " + ", ".join(f"{n} {_SOURCE_TAGS.get(name, name)}" for name, n in ranked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +256,8 @@ class MetricsSnapshot:
     # Set when other programs kept the cores busy while the reply was timed
     # (gambit.engine.busy): "other programs used 1.0 of 2 cores".
     busy: str | None = None
+    # Accepted draft tokens by what drafted them, where a drafter has sources.
+    accepted_by_drafter: tuple[tuple[str, int], ...] = ()
 
     @property
     def tokens_per_round(self) -> float:
@@ -304,4 +333,5 @@ class MetricsTracker:
             n_side=s.n_side,
             side_gain=s.side_gain,
             busy=busy,
+            accepted_by_drafter=tuple(s.accepted_by_drafter.items()),
         )

@@ -26,7 +26,7 @@ from gambit.engine.controller import (
 )
 from gambit.engine.decoder import GenerationConfig, Round, SpeculativeDecoder, StopReason
 from gambit.engine.devices import gpu_devices
-from gambit.engine.drafters.base import Drafter
+from gambit.engine.drafters.base import ChoosingDrafter, Drafter
 from gambit.engine.drafters.registry import (
     TREE_DRAFTERS,
     BuildInput,
@@ -278,6 +278,7 @@ class Engine:
             costs.t_draft = 0.0  # (prompt lookup: a dictionary look-up next to a decode)
         tree = self.tree and not chain
         side = self.config.fixed_side if fixed_side is None else fixed_side
+        drafter = self.drafter
         return GammaController(
             costs,
             mode=mode,
@@ -286,6 +287,7 @@ class Engine:
             side_max=self.config.tree_nodes - 1 if tree else 0,
             fixed_side=side if tree else 0,
             node_max=self.node_max,
+            free_hint=drafter.is_free if isinstance(drafter, ChoosingDrafter) else None,
         )
 
     @property

@@ -49,6 +49,19 @@ class ChatMessage:
     footer: str = ""  # reply_footer(): "128 tokens · 95.0 tok/s · … · 1.42× vs plain"
 
 
+def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
+    """The stored accepted tokens by drafter; entries that are not a name and
+    a count (an edited or damaged record) are left out."""
+    stored = stats.get("accepted_by_drafter")
+    if not isinstance(stored, dict):
+        return {}
+    return {
+        str(name): n
+        for name, n in stored.items()
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0
+    }
+
+
 def reply_footer(stats: Mapping[str, Any] | None) -> str:
     """The line under a reply, from the figures stored with it (``"tokens"``,
     ``"tokens_per_s"``, ``"speedup"``, ...: see ``MainWindow``), formatted as
@@ -65,7 +78,8 @@ def reply_footer(stats: Mapping[str, Any] | None) -> str:
     if stats.get("tokens_per_s"):
         parts.append(format_rate(float(stats["tokens_per_s"])))
     if stats.get("speculation") and stats.get("drafted_tokens"):
-        parts.append(format_accepted(int(stats["accepted_tokens"]), int(stats["drafted_tokens"])))
+        accepted, drafted = int(stats["accepted_tokens"]), int(stats["drafted_tokens"])
+        parts.append(format_accepted(accepted, drafted, _by_drafter(stats)))
     if stats.get("speedup") is not None and stats.get("drafted_tokens"):
         parts.append(f"{format_speedup(float(stats['speedup']))} vs plain")
     if stats.get("busy") and stats.get("tokens"):

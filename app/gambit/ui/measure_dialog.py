@@ -276,8 +276,10 @@ class MeasureDialog(QDialog):
         info = self.host.engine_info()
         settings = self.host.settings()
         loaded = info.drafter if info is not None else "none"
+        # (lookup always; draft model + lookup loaded also measures the draft model alone)
+        parts = spec(loaded).combines if loaded in self.drafter_boxes else ()
         for kind, box in self.drafter_boxes.items():
-            usable = not spec(kind).loads_model or kind == loaded  # lookup: always
+            usable = not spec(kind).loads_model or kind == loaded or kind in parts
             box.setEnabled(usable)
             box.setChecked(usable)
             box.setToolTip(

@@ -35,6 +35,7 @@ def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
         "speedup": s.speedup,  # None: nothing drafted, no claim
         "drafted_tokens": s.n_drafted,
         "accepted_tokens": s.n_accepted,
+        "accepted_by_drafter": dict(s.accepted_by_drafter),
         "acceptance_rate": s.acceptance_rate,
         "ttft_ms": s.ttft_ms,
         "p99_ms": s.p99_ms,

@@ -40,6 +40,7 @@ from gambit.engine.metrics import (
     MetricsTracker,
     format_percent,
     format_rate,
+    format_sources,
     format_speedup,
 )
 from gambit.ui import theme
@@ -278,7 +279,8 @@ class StatsPanel(QDockWidget):
 
     def _show_counters(self, s: MetricsSnapshot) -> None:
         v = self._values
-        v["acceptedValue"].setText(f"{s.n_accepted:,} / {s.n_drafted:,}")
+        sources = format_sources(dict(s.accepted_by_drafter))
+        v["acceptedValue"].setText(f"{s.n_accepted:,} / {s.n_drafted:,}{sources}")
         drafted = s.n_drafted > 0
         v["acceptanceValue"].setText(format_percent(s.acceptance_rate) if drafted else PLACEHOLDER)
         recent = s.acceptance_rate_rolling

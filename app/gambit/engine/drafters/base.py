@@ -93,3 +93,24 @@ class TreeDrafter(Drafter, Protocol):
         least sure. Side candidates at one position must come in the order they
         were drawn, each with the distribution it was drawn from."""
         ...
+
+
+@runtime_checkable
+class ChoosingDrafter(Drafter, Protocol):
+    """A drafter with several sources (a draft model and prompt lookup): each
+    round it offers the policy one hint per source it could draft from, and
+    drafts from the source of the hint the policy chose."""
+
+    def options(self, context: list[int]) -> tuple[int, ...]:
+        """A hint per source that can propose a draft now (``Drafter.hint``),
+        the source to prefer when nothing else decides first; () for none."""
+        ...
+
+    def use(self, hint: int) -> str:
+        """Draft the coming round from the source of ``hint``; its name."""
+        ...
+
+    def is_free(self, hint: int) -> bool:
+        """Whether drafting from ``hint``'s source costs no decode (prompt
+        lookup): the policy prices such rounds by what follows them instead."""
+        ...

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from gambit.engine.drafters.base import Drafter
+from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.errors import ModelFileError
@@ -24,7 +25,7 @@ from gambit.formats.layerskip_file import LayerSkipInfo, read_layer_skip_info
 if TYPE_CHECKING:
     from gambit.engine.runtime import ModelRuntime
 
-DrafterKind = Literal["none", "draft", "lookup", "layerskip"]
+DrafterKind = Literal["none", "draft", "lookup", "draft+lookup", "layerskip"]
 # Where a drafter's GGUF comes from: it has none; the user chooses it; or it is
 # derived from the target (found in the cache, or made, before the engine loads).
 FileSource = Literal["none", "chosen", "derived"]
@@ -71,6 +72,8 @@ class DrafterSpec:
     build: Callable[[BuildInput], Built]
     cli_flag: str | None = None  # --draft PATH for file="chosen", else a switch
     cli_help: str = ""
+    # A drafter made of others: the command line takes it as their flags together.
+    combines: tuple[str, ...] = ()
 
     @property
     def loads_model(self) -> bool:
@@ -95,6 +98,12 @@ def _build_draft(given: BuildInput) -> Built:
     assert given.draft is not None
     check_compatible(given.target, given.draft)
     return Built(DraftModelDrafter(given.draft))
+
+
+def _build_combined(given: BuildInput) -> Built:
+    model = _build_draft(given).drafter
+    assert isinstance(model, DraftModelDrafter)
+    return Built(CombinedDrafter(model, PromptLookupDrafter(ngram_max=given.lookup_ngram_max)))
 
 
 def _build_layerskip(given: BuildInput) -> Built:
@@ -157,6 +166,19 @@ _SPECS = (
         cli_help="draft GGUF model with the target's tokenizer",
     ),
     DrafterSpec(
+        kind="draft+lookup",
+        label="Draft model + lookup",
+        short="draft model + lookup",
+        tag="draft+lookup",
+        help="Both at once: each round drafts with whichever is expected to pay more,"
+        " lookup where the text repeats, the draft model elsewhere.",
+        file="chosen",
+        tree=False,
+        free=False,
+        build=_build_combined,
+        combines=("draft", "lookup"),
+    ),
+    DrafterSpec(
         kind="layerskip",
         label="Self-speculation (skip layers)",
         short="layer skip",
@@ -178,6 +200,11 @@ DRAFTERS: dict[DrafterKind, DrafterSpec] = {spec.kind: spec for spec in _SPECS}
 DRAFTING: tuple[DrafterKind, ...] = tuple(k for k in DRAFTERS if k != "none")
 # The drafters that can propose a token tree instead of a chain.
 TREE_DRAFTERS: tuple[DrafterKind, ...] = tuple(k for k, s in DRAFTERS.items() if s.tree)
+
+
+def combined_kind(kinds: set[str]) -> DrafterSpec | None:
+    """The drafter made of exactly ``kinds`` (two or more), if there is one."""
+    return next((s for s in _SPECS if s.combines and set(s.combines) == kinds), None)
 
 
 def spec(kind: str) -> DrafterSpec:

@@ -130,7 +130,11 @@ class Choice:
             return False, Said(
                 f"{entry.path.name} cannot draft for {target_path.name}:\n{reasons}", "bad"
             )
-        self.drafter, self.draft = "draft", str(entry.path)
+        # (a drafter that already drafts with a chosen file keeps its kind:
+        # draft model + lookup stays both)
+        if DRAFTERS[self.drafter].file != "chosen":
+            self.drafter = "draft"
+        self.draft = str(entry.path)
         text = f"{entry.path.name} drafts for {target_path.name}: same tokenizer."
         if report.notes:
             text += "\nNote: " + "; ".join(report.notes) + "."

@@ -1,0 +1,132 @@
+"""Choosing a round's source (draft model or prompt lookup), with fixed costs.
+
+The costs are a CPU's: verifying k tokens costs 1 + 0.2 (k - 1) plain steps,
+a draft-model step 0.3 of one, and reading a token the draft model skipped
+0.1 of one. Hint 0 is the draft model's; hints 101-104 are lookup's buckets
+(``CombinedDrafter``): lookup drafts cost no draft step, only that catch-up.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gambit.engine.controller import GammaController
+from gambit.engine.decoder import Round
+from gambit.engine.drafters.combined import CombinedDrafter
+from gambit.engine.estimates import CostModel
+
+GAMMA_MAX = 8
+MODEL = 0
+LONG_MATCH = CombinedDrafter.LOOKUP_HINTS + 4
+SHORT_MATCH = CombinedDrafter.LOOKUP_HINTS + 1
+T1 = 0.010
+
+
+def cpu_costs() -> CostModel:
+    c = CostModel(GAMMA_MAX + 1)
+    for k in range(1, GAMMA_MAX + 2):
+        c.set_target(k, T1 * (1 + 0.2 * (k - 1)))
+    c.t_draft = 0.3 * T1
+    c.catch_up_ratio = 0.1
+    return c
+
+
+def controller(mode: str = "adaptive") -> GammaController:
+    return GammaController(
+        cpu_costs(),
+        mode=mode,  # type: ignore[arg-type]
+        gamma_max=GAMMA_MAX,
+        fixed_gamma=4,
+        free_hint=lambda hint: hint >= CombinedDrafter.LOOKUP_HINTS,
+    )
+
+
+def learned(ctrl: GammaController, hint: int, alpha: float) -> None:
+    """As if ``hint``'s rounds had shown acceptance ``alpha`` many times."""
+    ctrl.next_gamma(hint)
+    ctrl.acceptance.alpha[:] = alpha
+    ctrl.acceptance.seen[:] = 20
+    ctrl.on = True
+
+
+def spec_round(n_drafted: int, n_accepted: int, t_draft: float) -> Round:
+    outcomes = (True,) * n_accepted + ((False,) if n_accepted < n_drafted else ())
+    return Round(
+        index=0, tokens=tuple(range(n_accepted + 1)), text="", gamma=n_drafted,
+        n_drafted=n_drafted, n_accepted=n_accepted, outcomes=outcomes, t_draft_s=t_draft,
+        t_verify_s=T1 * (1 + 0.2 * n_drafted), elapsed_s=0.0,
+    )  # fmt: skip
+
+
+def test_a_long_match_that_lands_is_chosen_over_the_draft_model() -> None:
+    ctrl = controller()
+    learned(ctrl, MODEL, 0.7)
+    learned(ctrl, LONG_MATCH, 0.95)
+    assert ctrl.choose((MODEL, LONG_MATCH)) == LONG_MATCH
+    assert ctrl.choose((LONG_MATCH, MODEL)) == LONG_MATCH  # whatever the drafter prefers
+    assert ctrl.next_gamma(LONG_MATCH) == GAMMA_MAX
+
+
+def test_a_short_match_that_misses_leaves_the_round_to_the_draft_model() -> None:
+    ctrl = controller()
+    learned(ctrl, MODEL, 0.7)
+    learned(ctrl, SHORT_MATCH, 0.2)
+    assert ctrl.choose((SHORT_MATCH, MODEL)) == MODEL
+    assert ctrl.next_gamma(MODEL) > 0
+
+
+def test_equal_acceptance_goes_to_the_source_that_costs_no_draft_steps() -> None:
+    ctrl = controller()
+    learned(ctrl, MODEL, 0.8)
+    learned(ctrl, LONG_MATCH, 0.8)
+    assert ctrl.choose((MODEL, LONG_MATCH)) == LONG_MATCH
+    ctrl.next_gamma(LONG_MATCH)
+    free = ctrl.decision.expected_speedup
+    ctrl.next_gamma(MODEL)
+    assert free > ctrl.decision.expected_speedup > 1.0
+
+
+def test_the_catch_up_a_lookup_round_leaves_is_priced() -> None:
+    # Where reading the tokens lookup supplied costs as much as drafting them,
+    # lookup has no edge left over the draft model at equal acceptance.
+    ctrl = controller()
+    ctrl.costs.catch_up_ratio = 0.3
+    learned(ctrl, MODEL, 0.8)
+    learned(ctrl, LONG_MATCH, 0.8)
+    ctrl.next_gamma(LONG_MATCH)
+    free = ctrl.decision.expected_speedup
+    ctrl.next_gamma(MODEL)
+    assert free == pytest.approx(ctrl.decision.expected_speedup, rel=0.05)
+
+
+def test_an_option_never_drafted_for_is_tried_first() -> None:
+    ctrl = controller()
+    learned(ctrl, MODEL, 0.9)
+    assert ctrl.choose((MODEL, SHORT_MATCH)) == SHORT_MATCH
+    assert ctrl.next_gamma(SHORT_MATCH) == ctrl.probe_gamma
+
+
+def test_a_source_that_is_off_loses_to_one_that_pays() -> None:
+    ctrl = controller()
+    learned(ctrl, MODEL, 0.05)
+    ctrl.observe(spec_round(1, 0, 0.3 * T1))  # any observation re-evaluates: off
+    assert not ctrl.on
+    learned(ctrl, LONG_MATCH, 0.6)
+    assert ctrl.choose((MODEL, LONG_MATCH)) == LONG_MATCH
+
+
+def test_lookup_rounds_leave_the_draft_step_cost_alone() -> None:
+    ctrl = controller()
+    learned(ctrl, LONG_MATCH, 0.9)
+    before = ctrl.costs.t_draft
+    gamma = ctrl.next_gamma(LONG_MATCH)
+    ctrl.observe(spec_round(gamma, gamma, 0.00001))  # a dictionary look-up: next to nothing
+    assert ctrl.costs.t_draft == pytest.approx(before)
+
+
+def test_fixed_policies_take_the_drafter_s_preference() -> None:
+    ctrl = controller("fixed")
+    learned(ctrl, MODEL, 0.9)
+    learned(ctrl, SHORT_MATCH, 0.1)
+    assert ctrl.choose((SHORT_MATCH, MODEL)) == SHORT_MATCH
+    assert ctrl.choose((MODEL, LONG_MATCH)) == MODEL
