@@ -316,3 +316,10 @@ def test_bench_through_the_server_compares_it_with_the_engine_directly(
     assert direct > 0 and served > 0
     assert float(figures["served / direct"]) == pytest.approx(served / direct, abs=0.01)
     assert "(2 replies each)" in proc.stdout
+    paired = re.search(
+        r"^per prompt, geometric mean: +([0-9.]+) \(95 % interval ([0-9.]+)-([0-9.]+)\)$",
+        proc.stdout, re.MULTILINE,
+    )  # fmt: skip
+    assert paired is not None, proc.stdout
+    mean, low, high = (float(x) for x in paired.groups())
+    assert 0 < low <= mean <= high

@@ -3,9 +3,11 @@
 The same prompts, on the same loaded models, alternately through the engine
 directly (as ``gambit-cli generate`` runs it) and through the OpenAI-compatible
 server on this machine (``gambit.serve``: HTTP, the request's queue, the
-engine thread, server-sent events), each reply streamed to a caller in a
-process of its own. Compared: the rate at which a reply's tokens arrive after
-its first, as the caller sees them.
+engine thread, server-sent events), each reply streamed to a process of its
+own: on the direct path, as ``generate`` writes a round's text to the terminal
+that shows it, to a reader on a pipe; through the server, to a client. Both
+note when each round's text arrives. Compared: the rate at which a reply's
+tokens arrive after its first, as that process sees them.
 A ratio of 1.00 means the server adds nothing per token.
 """
 
@@ -13,8 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gambit.bench.runner import load_prompts
@@ -48,6 +53,29 @@ class Rates:
         return self.tokens / self.seconds if self.seconds else 0.0
 
 
+# Student's t at 97.5 % for 1-10 degrees of freedom (more: the normal's 1.96
+# is within 3 % of it by 11, and tightens from there).
+_T975 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
+
+
+def paired_ratio(pairs: Sequence[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """The served/direct rate ratio of replies to the same prompt, as a
+    geometric mean over the pairs with its 95 % interval: (mean, low, high);
+    None with fewer than two pairs. One reply's rate moves ±10 % from run to
+    run here, so a few percent between the two paths means nothing without it."""
+    logs = [math.log(s / d) for d, s in pairs if d > 0 and s > 0]
+    if len(logs) < 2:
+        return None
+    mean = statistics.fmean(logs)
+    df = len(logs) - 1
+    half = (
+        (_T975[df - 1] if df <= len(_T975) else 1.96)
+        * statistics.stdev(logs)
+        / math.sqrt(len(logs))
+    )
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
 def _cold(engine: Engine) -> None:
     """Both paths start every reply with empty caches: a reply that found its
     twin's prompt still cached would skip the prompt reading that the other
@@ -58,12 +86,43 @@ def _cold(engine: Engine) -> None:
     engine.chat_builder.forget()
 
 
+# What stands for the terminal of `gambit-cli generate`: a process that reads
+# the reply's text from a pipe, a round per line, and says when the first and
+# the last arrived (the same clock as the server's client below).
+_READER = """
+import json, sys, time
+print("ready", flush=True)
+first = last = 0.0
+for line in sys.stdin:
+    now = time.perf_counter()
+    first = first or now
+    last = now
+print(json.dumps(last - first))
+"""
+
+
 def _direct(engine: Engine, prompt: str, config: GenerationConfig) -> tuple[int, float]:
     _cold(engine)
-    times = [
-        rnd.elapsed_s for rnd in engine.chat([Message("user", prompt)], config) for _ in rnd.tokens
-    ]
-    return len(times) - 1, times[-1] - times[0] if len(times) > 1 else 0.0
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _READER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert reader.stdin is not None and reader.stdout is not None
+    try:
+        reader.stdout.readline()  # started: its start-up is not the reply's
+        tokens = 0
+        for rnd in engine.chat([Message("user", prompt)], config):
+            tokens += len(rnd.tokens)
+            if rnd.text:
+                reader.stdin.write(json.dumps(rnd.text) + "\n")
+                reader.stdin.flush()
+        reader.stdin.close()
+        seconds = float(json.loads(reader.stdout.read()))
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+        reader.wait()
+    # Lines carry a round's text each: the tokens after the first line's.
+    return max(0, tokens - 1), seconds
 
 
 # The caller runs in a process of its own, as an editor or a script does: a
@@ -121,17 +180,22 @@ def run_served_bench(
     server = LocalServer(create_app(host, ServeOptions(), ServeMetrics()), "127.0.0.1", 0)
     server.start()
     direct, served = Rates(), Rates()
+    pairs: list[tuple[float, float]] = []  # (direct, served) tok/s, prompt by prompt
     try:
         _direct(engine, "Hello", GenerationConfig(max_tokens=8, sampling=sampling))  # warm up
         for i, bp in enumerate(prompts * max(1, args.repeat)):
             runs = [("direct", direct), ("served", served)]
+            rate = {}
             for path, rates in runs if i % 2 == 0 else runs[::-1]:
                 if path == "direct":
                     engine.use_controller(controller)
-                    rates.add(*_direct(engine, bp.prompt, generation))
+                    tokens, seconds = _direct(engine, bp.prompt, generation)
                 else:
                     _cold(engine)
-                    rates.add(*_served(server.port, name, bp.prompt, generation))
+                    tokens, seconds = _served(server.port, name, bp.prompt, generation)
+                rates.add(tokens, seconds)
+                rate[path] = tokens / seconds if tokens > 0 and seconds > 0 else 0.0
+            pairs.append((rate["direct"], rate["served"]))
             print(f"  [{i + 1}] direct {direct.rate:6.1f} tok/s  served {served.rate:6.1f} tok/s",
                   file=sys.stderr, flush=True)  # fmt: skip
     finally:
@@ -144,4 +208,8 @@ def run_served_bench(
     print(f"direct (as gambit-cli generate): {direct.rate:.1f} tok/s")
     print(f"through the local server:        {served.rate:.1f} tok/s")
     print(f"served / direct:                 {ratio:.3f}")
+    paired = paired_ratio(pairs)
+    if paired is not None:
+        mean, low, high = paired
+        print(f"per prompt, geometric mean:      {mean:.3f} (95 % interval {low:.3f}-{high:.3f})")
     return 0
