@@ -92,4 +92,4 @@ def test_an_unreachable_worker_exits_with_the_probes_message(tmp_path: Path) -> 
 def test_worker_layers_must_be_a_count(tmp_path: Path) -> None:
     proc = gambit("generate", "--rpc", "127.0.0.1:1", "--worker-layers", "-2", "hi", home=tmp_path)
     assert proc.returncode == 2
-    assert "--worker-layers: must be a whole number of 0 or more, not -2" in proc.stderr
+    assert "--worker-layers: must be 0 (all) or more, not -2" in proc.stderr

@@ -130,7 +130,7 @@ def run_history_cli(args: argparse.Namespace, engine_config: Callable[[], Engine
             trees=engine.tree,
             last=args.last,
             max_tokens=args.max_tokens,
-            seed=args.seed if args.seed is not None else DEFAULT_SEED,
+            seed=args.seed if args.seed >= 0 else DEFAULT_SEED,  # (-1: not given)
         )
         report, path = measure_history(engine, request, progress=log)
     finally:

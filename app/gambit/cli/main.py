@@ -22,14 +22,14 @@ from gambit.bench import (
 )
 from gambit.cli.models import add_models_parser, run_models
 from gambit.cli.serve import add_serve_args, serve
+from gambit.cli.setting_flags import add_setting_flags, dest, settings_from_args
 from gambit.cli.stop_signals import StopSignals
 from gambit.engine import rpc
 from gambit.engine.busy import LoadMeter
 from gambit.engine.chat import Message
-from gambit.engine.controller import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, PolicyMode
 from gambit.engine.decoder import GenerationConfig
 from gambit.engine.drafters.registry import DRAFTERS, DrafterSpec, combined_kind
-from gambit.engine.limits import THREADS_MAX, non_negative_int_arg, positive_int_arg, threads_arg
+from gambit.engine.limits import positive_int_arg
 from gambit.engine.metrics import (
     NO_FIGURE,
     MetricsSnapshot,
@@ -38,14 +38,14 @@ from gambit.engine.metrics import (
     format_rate,
     format_speedup,
 )
-from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.fsutil import NO_COUNTS, Progress
 from gambit.models.default_model import default_model_path
 from gambit.models.drafter_files import resolve_drafter_file
-from gambit.storage.paths import cache_dir, resources_dir
+from gambit.storage.paths import resources_dir
+from gambit.storage.settings import Settings
 
 
 def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -> None:
@@ -64,82 +64,15 @@ def _add_model_args(p: argparse.ArgumentParser, target_required: bool = False) -
             p.add_argument(drafter.cli_flag, type=Path, help=drafter.cli_help)
         else:
             p.add_argument(drafter.cli_flag, action="store_true", help=drafter.cli_help)
-    p.add_argument(
-        "--tree",
-        action="store_true",
-        help="draft token trees: side candidates next to the chain, verified in one batch",
-    )
-    p.add_argument(
-        "--tree-nodes",
-        type=int,
-        default=8,
-        help="with --tree, the most draft tokens per round, chain and side nodes (default 8)",
-    )
-    p.add_argument(
-        "--gamma",
-        type=int,
-        default=DEFAULT_GAMMA,
-        help=f"draft tokens per round with --policy fixed (default {DEFAULT_GAMMA})",
-    )
-    p.add_argument(
-        "--gamma-max",
-        type=int,
-        default=DEFAULT_GAMMA_MAX,
-        help=f"the most draft tokens the adaptive policy uses (default {DEFAULT_GAMMA_MAX})",
-    )
-    p.add_argument(
-        "--threads",
-        type=threads_arg,
-        default=0,
-        help=f"CPU threads, 1 to {THREADS_MAX} (default 0: the physical cores)",
-    )
-    p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
-    p.add_argument(
-        "--gpu-layers",
-        type=int,
-        default=0,
-        help="layers to offload to the GPU, -1 for all (default 0)",
-    )
-    p.add_argument(
-        "--fast-kernels",
-        action="store_true",
-        help="run the target on the fastest kernels that work on this CPU (a one-time "
-        "probe finds them), even where their batched logits differ from single-token "
-        "ones: at temperature 0 speculation may then pick a different token than plain "
-        "decoding where the target's top candidates (nearly) tie. Without it, the "
-        "fastest batch-invariant kernels; the draft always runs the fastest",
-    )
-    p.add_argument(
-        "--rpc",
-        metavar="HOST:PORT[,HOST:PORT]",
-        default="",
-        help="gambit-workers that hold the target's layers (llama.cpp RPC; start "
-        "`gambit-worker` there first); the draft and prompt lookup run here",
-    )
-    p.add_argument(
-        "--worker-layers",
-        type=non_negative_int_arg,
-        default=0,
-        metavar="N",
-        help="with --rpc, how many of the target's layers the workers hold, split by "
-        "their free memory; the rest run here (default 0: all)",
-    )
+    add_setting_flags(
+        p, "tree_drafts", "tree_nodes", "fixed_gamma", "gamma_max", "threads", "context_size",
+        "gpu_layers_target", "exact_kernels", "rpc_workers", "worker_layers",
+    )  # fmt: skip
 
 
-def _add_sampling_args(p: argparse.ArgumentParser, temp_default: float) -> None:
-    p.add_argument(
-        "--temp",
-        type=float,
-        default=temp_default,
-        help=f"temperature, 0 for greedy (default {temp_default})",
-    )
-    p.add_argument("--top-k", type=int, default=40)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--min-p", type=float, default=0.05)
-    p.add_argument("--repeat-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument(
-        "--max-tokens", type=positive_int_arg, default=256, help="longest reply (default 256)"
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    add_setting_flags(
+        p, "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "seed", "max_tokens"
     )
 
 
@@ -159,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="serve the models over an OpenAI-compatible API (docs: README)"
     )
     _add_model_args(serve)
-    _add_sampling_args(serve, temp_default=0.7)
+    _add_sampling_args(serve)
     add_serve_args(serve)
     return parser
 
@@ -167,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_generate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     gen = sub.add_parser("generate", help="stream a reply to one prompt")
     _add_model_args(gen)
-    _add_sampling_args(gen, temp_default=0.7)
+    _add_sampling_args(gen)
     gen.add_argument(
         "--raw",
         action="store_true",
@@ -186,7 +119,9 @@ def _add_generate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
 def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="target-only vs speculative on a prompt suite")
     _add_model_args(bench)
-    _add_sampling_args(bench, temp_default=0.0)
+    _add_sampling_args(bench)
+    # The bench compares policies greedily, on short replies, unless told otherwise.
+    bench.set_defaults(**{dest("temperature"): 0.0, dest("max_tokens"): 128})
     bench.add_argument(
         "--prompts",
         type=Path,
@@ -251,7 +186,6 @@ def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="a speculation policy to compare with target-only: adaptive, off, fixed "
         "(γ = --gamma) or fixed=N (repeatable; default: adaptive, fixed and off)",
     )
-    bench.set_defaults(max_tokens=128)
 
 
 def chosen_drafter(args: argparse.Namespace) -> DrafterSpec:
@@ -272,10 +206,22 @@ def chosen_drafter(args: argparse.Namespace) -> DrafterSpec:
     return combined
 
 
-def rpc_workers(args: argparse.Namespace) -> tuple[str, ...]:
+def cli_settings(args: argparse.Namespace) -> Settings:
+    """The parsed flags as ``Settings`` (the defaults where a command has no
+    flag): the one mapping from flags to the engine's records."""
+    settings = settings_from_args(args)
+    # --gpu-layers offloads the draft's layers as the target's (the window
+    # sets them apart); --gamma past --gamma-max raises the ceiling with it.
+    return settings.with_(
+        gpu_layers_draft=settings.gpu_layers_target,
+        gamma_max=max(settings.gamma_max, settings.fixed_gamma),
+    )
+
+
+def rpc_workers(settings: Settings) -> tuple[str, ...]:
     """The workers of ``--rpc``, each checked and asked for its memory now, so that
     a bad or unreachable one costs one line before any model loads."""
-    workers = rpc.parse_endpoints(args.rpc)
+    workers = settings.target_options().rpc_workers
     if workers and not rpc.supported():
         raise GambitError(rpc.NO_RPC_MESSAGE)
     for endpoint in workers:
@@ -284,54 +230,31 @@ def rpc_workers(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _engine_config(args: argparse.Namespace, cancel: threading.Event | None = None) -> EngineConfig:
-    workers = rpc_workers(args)
+    settings = cli_settings(args)
+    rpc_workers(settings)
     target = args.target
     if target is None:
         target = default_model_path(progress=_stderr_progress())
     drafter = chosen_drafter(args)
-    options = RuntimeOptions(
-        n_ctx=args.ctx,
-        n_threads=args.threads,
-        n_gpu_layers=args.gpu_layers,
-        strict_batch_invariance=not args.fast_kernels,
+    settings = settings.with_(
+        drafter=drafter.kind, draft_model=str(args.draft) if args.draft is not None else ""
     )
     draft = resolve_drafter_file(
         drafter.kind,
         target,
         chosen=args.draft,
         progress=_stderr_progress,
-        options=options,  # (a derivation runs the target here)
+        options=settings.draft_options(),  # (a derivation runs the target here)
         cancel=cancel,
     ).path
-    # The draft keeps the local options; the target's layers go to the workers.
-    target_options = dataclasses.replace(
-        options, rpc_workers=workers, n_gpu_layers=args.worker_layers or -1
-    ) if workers else options  # fmt: skip
-    policy: PolicyMode = args.policy if args.command == "generate" else "adaptive"
-    return EngineConfig(
-        target=target,
-        drafter=drafter.kind,
-        draft=draft,
-        tree=args.tree,
-        tree_nodes=args.tree_nodes,
-        target_options=target_options,
-        draft_options=options,
-        kernel_cache=cache_dir(),
-        gamma=args.gamma,
-        gamma_max=max(args.gamma_max, args.gamma),
-        policy=policy,
-    )
+    config = settings.engine_config(target, layer_skip_draft=draft)
+    if args.command == "generate":  # (its --policy has "off" too; the others adapt)
+        config = dataclasses.replace(config, policy=args.policy)
+    return config
 
 
 def _sampling(args: argparse.Namespace) -> SamplingParams:
-    return SamplingParams(
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        seed=args.seed,
-    )
+    return cli_settings(args).generation_config().sampling
 
 
 def _stderr_progress(what: str = "Preparing the default model") -> Progress:
@@ -454,9 +377,7 @@ def _run_bench(args: argparse.Namespace) -> int:
                 raise GambitError("the bundled prompt suites are missing: pass --prompts")
             args.prompts = folder / "prompts" / "all.jsonl"
         source = args.target or default_model_path(progress=_stderr_progress())
-        options = RuntimeOptions(
-            n_ctx=args.ctx, n_threads=args.threads, n_gpu_layers=args.gpu_layers
-        )
+        options = cli_settings(args).target_options()  # (no workers: refused above)
         return run_regimes_cli(args, source, options, _sampling(args))
     if args.from_history:
         return run_history_cli(args, lambda: _engine_config(args))

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gambit.cli.setting_flags import add_setting_flag
 from gambit.cli.stop_signals import StopSignals
-from gambit.engine.limits import positive_int_arg, threads_arg
+from gambit.engine.limits import positive_int_arg
 from gambit.engine.runtime import RuntimeOptions, default_threads
 from gambit.formats.gguf_info import ModelInfo, inspect_model
 from gambit.formats.layerskip_file import LayerSkipCancelledError
@@ -56,13 +57,15 @@ def add_models_parser(sub: Any) -> None:
 
     p = msub.add_parser("inspect", help="a model file's metadata and memory estimate")
     p.add_argument("path", type=Path, help=f"a .gguf file, or {DEFAULT_NAME!r}: the embedded model")
-    p.add_argument("--ctx", type=int, default=4096, help="context for the memory estimate")
+    add_setting_flag(
+        p, "context_size", help="context for the memory estimate (default %(default)s)"
+    )
     p.add_argument("--json", action="store_true", help="print the metadata as JSON")
 
     p = msub.add_parser("pair", help="can DRAFT draft for TARGET? (exit 1 if not)")
     p.add_argument("target", type=Path)
     p.add_argument("draft", type=Path)
-    p.add_argument("--ctx", type=int, default=4096, help="context for the memory check")
+    add_setting_flag(p, "context_size", help="context for the memory check (default %(default)s)")
 
     p = msub.add_parser(
         "derive",
@@ -80,9 +83,7 @@ def add_models_parser(sub: Any) -> None:
     )
     p.add_argument("--out", type=Path, default=None, help="output file (default: models folder)")
     p.add_argument("--measure", action="store_true", help="measure the acceptance rate afterwards")
-    p.add_argument(
-        "--threads", type=threads_arg, default=0, help="CPU threads for --measure (default: cores)"
-    )
+    add_setting_flag(p, "threads", help="CPU threads for --measure (default 0: the cores)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
 
     p = msub.add_parser(
@@ -99,7 +100,7 @@ def add_models_parser(sub: Any) -> None:
         default=DEFAULT_MAX_EVALUATIONS,
         help=f"skip sets to measure at most (default {DEFAULT_MAX_EVALUATIONS})",
     )
-    p.add_argument("--threads", type=threads_arg, default=0, help="CPU threads (default: cores)")
+    add_setting_flag(p, "threads")
     p.add_argument("--force", action="store_true", help="search again, even if cached")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
 

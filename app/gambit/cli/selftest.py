@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gambit import __version__
+from gambit.cli.setting_flags import add_setting_flag
 from gambit.engine import rpc
 from gambit.engine.backend import detect_backend
 from gambit.engine.chat import Message
 from gambit.engine.decoder import GenerationConfig
 from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
 from gambit.engine.kernels import KernelChoice, KernelProbe
-from gambit.engine.limits import threads_arg
 from gambit.engine.metrics import GenerationStats
 from gambit.engine.runtime import RuntimeOptions, default_threads
 from gambit.engine.sampling import SamplingParams
@@ -416,9 +416,7 @@ def build_parser(prog: str = "gambit --self-test") -> argparse.ArgumentParser:
         default=DEFAULT_TOKENS,
         help=f"reply length (default {DEFAULT_TOKENS})",
     )
-    p.add_argument(
-        "--threads", type=threads_arg, default=0, help="CPU threads (default: physical cores)"
-    )
+    add_setting_flag(p, "threads")
     p.add_argument("--ctx", type=int, default=1024, help="context size (default 1024)")
     p.add_argument(
         "--gpu-layers",

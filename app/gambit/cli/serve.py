@@ -6,23 +6,14 @@ import argparse
 import sys
 import threading
 
+from gambit.cli.setting_flags import add_setting_flags
 from gambit.cli.stop_signals import StopSignals
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine
-from gambit.storage.settings import DEFAULT_HOST, DEFAULT_PORT
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--host",
-        default=DEFAULT_HOST,
-        help=f"address to listen on (default {DEFAULT_HOST}: this machine only; the API has "
-        "no encryption: use an SSH tunnel or a TLS proxy across a network)",
-    )
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
-    p.add_argument(
-        "--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request"
-    )
+    add_setting_flags(p, "server_host", "server_port", "server_api_key")
     p.add_argument(
         "--cors-origin",
         action="append",

@@ -17,10 +17,10 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from gambit.cli.setting_flags import add_setting_flag
 from gambit.cli.stop_signals import StopSignals
 from gambit.engine import rpc
 from gambit.engine.devices import LocalDevice, served_devices
-from gambit.engine.limits import threads_arg
 from gambit.engine.runtime import default_threads
 from gambit.errors import GambitError
 from gambit.storage import paths
@@ -46,9 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--port", type=_port_arg, default=rpc.DEFAULT_PORT, help="port (default 50052)"
     )
-    parser.add_argument(
-        "--threads", type=threads_arg, default=0, help="CPU threads (default: the cores)"
-    )
+    add_setting_flag(parser, "threads")
     parser.add_argument(
         "--no-cache",
         action="store_true",

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Engine", "EngineConfig", "most_draft_tokens"]
 TREE_NODES_MIN, TREE_NODES_MAX = 2, 16
+DEFAULT_TREE_NODES = 8
 
 
 def most_draft_tokens(*, gamma_max: int, tree_nodes: int, tree: bool) -> int:
@@ -79,7 +80,7 @@ class EngineConfig:
     # Token trees: draft a main chain plus side candidates, verified in one
     # batch; tree_nodes bounds the draft tokens of a round (chain and side).
     tree: bool = False
-    tree_nodes: int = 8
+    tree_nodes: int = DEFAULT_TREE_NODES
     fixed_side: int = 0  # side nodes of the "fixed" policy, with tree=True
     # Where kernel probe verdicts and measured costs are kept (None: in this
     # process only; costs are then calibrated at every load).

@@ -1,11 +1,15 @@
 """User settings: one frozen dataclass, kept as JSON in the config folder.
 
 The field defaults of ``Settings`` are the table of defaults; nothing else
-repeats them. A settings file is read leniently (a damaged file or a bad value
-costs that value, never the app's start), and written atomically (a crash
-mid-save leaves the old file, never half a new one). A damaged file is moved
-aside (``settings.json.corrupt-<time>``) and ``SettingsStore.load_errors`` says
-so, for the window to show.
+repeats them (those that reach the engine are its records' own defaults,
+taken from there). A setting the command line also takes declares its flag
+here too (``gambit.cli.setting_flags`` makes the argument).
+
+A settings file is read leniently (a damaged file or a bad value costs that
+value, never the app's start), and written atomically (a crash mid-save
+leaves the old file, never half a new one). A damaged file is moved aside
+(``settings.json.corrupt-<time>``) and ``SettingsStore.load_errors`` says so,
+for the window to show.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from gambit.engine.limits import THREADS_MAX, threads_problem, workers_problem
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import (
+    DEFAULT_TREE_NODES,
     TREE_NODES_MAX,
     TREE_NODES_MIN,  # draft tokens per tree round (the verification batch is one more)
     EngineConfig,
@@ -37,6 +42,7 @@ from gambit.fsutil import write_atomic
 from gambit.storage import paths
 from gambit.storage.files import set_aside
 from gambit.storage.json_values import MISSING, coerce, expected, shown
+from gambit.storage.setting import Setting, declare
 
 log = logging.getLogger(__name__)
 
@@ -60,55 +66,11 @@ DEFAULT_HOST = "127.0.0.1"  # this machine only, unless the user names another
 DEFAULT_PORT = 8000
 EVEN_STREAMING_HELP = "Spreads each burst of accepted tokens over a round's time."
 _INT_MAX = 2**31 - 1  # a spin box's top
-
-
-@dataclass(frozen=True)
-class Setting:
-    """What one ``Settings`` field is, declared next to its default.
-
-    ``label`` names it in the dialog and in every message about it; ``help``
-    is the line under its widget. ``reloads``: a change needs the models
-    loaded again (the field reaches ``EngineConfig`` or ``RuntimeOptions``).
-    ``low``/``high`` bound valid values (``*_open``: the bound itself is not
-    valid; ``high_field``: the bound is another field's value), and ``rule`` is
-    the sentence after the label when a value is outside them. ``spin``: the
-    dialog's range where it is narrower than the valid one (or has no end).
-    ``problem``: a rule shared with the command line (``engine.limits``); a
-    value it refuses crashes llama.cpp, so a settings file never loads it.
-    ``model_file``: it names a model file or decides which ones load, so a
-    change has the files checked (``models.settings_check``) before the
-    running model is unloaded for it.
-    """
-
-    label: str
-    help: str = ""
-    reloads: bool = False
-    model_file: bool = False
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    high_field: str | None = None
-    rule: str = ""
-    spin: tuple[float, float] | None = None
-    problem: Callable[[Any], str | None] | None = None
-
-    @property
-    def range(self) -> tuple[float, float]:
-        """The dialog's spin-box range."""
-        if self.spin is not None:
-            return self.spin
-        assert self.low is not None and self.high is not None, self.label
-        return self.low, self.high
-
-
-_T = typing.TypeVar("_T")
-
-
-def _setting(default: _T, label: str, **declared: Any) -> _T:
-    """A ``Settings`` field with its ``Setting`` (read back with ``SETTINGS``)."""
-    field: _T = dataclasses.field(default=default, metadata={"setting": Setting(label, **declared)})
-    return field
+# The engine's records hold the defaults of what reaches them (the engine
+# cannot import this module); the settings below take them from there.
+_SAMPLING = SamplingParams()
+_RUNTIME = RuntimeOptions()
+_REPLY = GenerationConfig()
 
 
 @dataclass(frozen=True)
@@ -117,31 +79,31 @@ class Settings:
 
     Each field is declared once, here: its default and its ``Setting``
     (label, help, range, whether it reloads the models). The labels, the
-    validation, the dialog's ranges and help lines and the window's reload
-    set are all read from these declarations.
+    validation, the dialog's ranges and help lines, the window's reload
+    set and the command line's flags are all read from these declarations.
     """
 
     # Models
     # target_model "": the embedded default; draft_model: with file="chosen" drafters
-    target_model: str = _setting("", "Target model", reloads=True, model_file=True)
-    # (RUF009: _setting returns a dataclasses.field, as ruff cannot see)
-    drafter: DrafterKind = _setting("lookup", "Drafter", reloads=True, model_file=True)  # noqa: RUF009
-    draft_model: str = _setting("", "Draft model", reloads=True, model_file=True)
+    target_model: str = declare("", "Target model", reloads=True, model_file=True)
+    # (RUF009: declare returns a dataclasses.field, as ruff cannot see)
+    drafter: DrafterKind = declare("lookup", "Drafter", reloads=True, model_file=True)  # noqa: RUF009
+    draft_model: str = declare("", "Draft model", reloads=True, model_file=True)
     # Speculation
-    speculation: bool = _setting(  # off: the drafter stays loaded, rounds draft nothing
+    speculation: bool = declare(  # off: the drafter stays loaded, rounds draft nothing
         True,
         "Speculation",
         help="A drafter proposes tokens and the target checks them in one pass;"
         " the output is the target's either way.",
     )
-    policy: PolicyChoice = _setting(  # noqa: RUF009
+    policy: PolicyChoice = declare(  # noqa: RUF009
         "adaptive",
         "γ policy",
         reloads=True,
         help="Adaptive drafts longer while guesses are accepted and shorter when they"
         " are not; Fixed always drafts γ tokens.",
     )
-    fixed_gamma: int = _setting(
+    fixed_gamma: int = declare(
         DEFAULT_GAMMA,
         "Fixed γ",
         reloads=True,
@@ -149,8 +111,10 @@ class Settings:
         high_field="gamma_max",
         rule="must be between 1 and max γ ({gamma_max}).",
         spin=(1, GAMMA_MAX_LIMIT),
+        flag="--gamma",
+        flag_help="draft tokens per round with --policy fixed",
     )
-    gamma_max: int = _setting(
+    gamma_max: int = declare(
         DEFAULT_GAMMA_MAX,
         "Max γ",
         reloads=True,
@@ -158,10 +122,19 @@ class Settings:
         high=GAMMA_MAX_LIMIT,
         rule=f"must be between 1 and {GAMMA_MAX_LIMIT}.",
         help="The longest draft: the adaptive policy's ceiling and the limit for fixed γ.",
+        flag="--gamma-max",
+        flag_help="the most draft tokens the adaptive policy uses",
     )
-    tree_drafts: bool = _setting(False, "Tree drafts", reloads=True, help=TREE_HELP)
-    tree_nodes: int = _setting(  # the most draft tokens in one tree round
-        8,
+    tree_drafts: bool = declare(
+        False,
+        "Tree drafts",
+        reloads=True,
+        help=TREE_HELP,
+        flag="--tree",
+        flag_help="draft token trees: side candidates next to the chain, verified in one batch",
+    )
+    tree_nodes: int = declare(  # the most draft tokens in one tree round
+        DEFAULT_TREE_NODES,
         "Tree nodes",
         reloads=True,
         low=TREE_NODES_MIN,
@@ -169,21 +142,31 @@ class Settings:
         rule=f"must be between {TREE_NODES_MIN} and {TREE_NODES_MAX}.",
         help="The most draft tokens in one tree round; the target checks them, plus one,"
         " in a single batch.",
+        flag="--tree-nodes",
+        flag_help="with --tree, the most draft tokens per round, chain and side nodes",
     )
     # Sampling
-    temperature: float = _setting(
-        0.7,
+    temperature: float = declare(
+        _SAMPLING.temperature,
         "Temperature",
         low=0,
         rule="must be 0 or more.",
         spin=(0.0, 5.0),
         help="Higher is more varied; 0 always takes the most likely token.",
+        flag="--temp",
+        flag_help="temperature, 0 for greedy",
     )
-    top_k: int = _setting(  # 0: off
-        40, "Top-k", low=0, rule="must be 0 (off) or more.", spin=(0, 100_000)
+    top_k: int = declare(  # 0: off
+        _SAMPLING.top_k,
+        "Top-k",
+        low=0,
+        rule="must be 0 (off) or more.",
+        spin=(0, 100_000),
+        flag="--top-k",
+        flag_help="keep the k likeliest tokens; 0 is off",
     )
-    top_p: float = _setting(  # 1: off
-        0.95,
+    top_p: float = declare(  # 1: off
+        _SAMPLING.top_p,
         "Top-p",
         low=0,
         low_open=True,
@@ -191,9 +174,10 @@ class Settings:
         rule="must be more than 0 and at most 1.",
         spin=(0.01, 1.0),
         help="Keeps the likeliest tokens up to this share; 1 is off.",
+        flag="--top-p",
     )
-    min_p: float = _setting(  # 0: off
-        0.05,
+    min_p: float = declare(  # 0: off
+        _SAMPLING.min_p,
         "Min-p",
         low=0,
         high=1,
@@ -201,52 +185,66 @@ class Settings:
         rule="must be 0 or more and less than 1.",
         spin=(0.0, 0.99),
         help="Drops tokens less likely than this fraction of the top token.",
+        flag="--min-p",
     )
-    repeat_penalty: float = _setting(  # 1: off
-        1.0,
+    repeat_penalty: float = declare(  # 1: off
+        _SAMPLING.repeat_penalty,
         "Repeat penalty",
         low=0,
         low_open=True,
         rule="must be more than 0.",
         spin=(0.05, 5.0),
         help="1 is off; higher discourages repeats.",
+        flag="--repeat-penalty",
     )
-    seed: int = _setting(  # -1: a fresh random seed per reply
+    seed: int = declare(  # -1: a fresh random seed per reply
         -1,
         "Seed",
         low=-1,
         rule="must be -1 (random) or a number 0 or more.",
         spin=(-1, _INT_MAX),
         help="Fix it to get the same reply for the same prompt.",
+        flag="--seed",
+        flag_help="fix it for the same reply to the same prompt; -1 is a fresh one per reply",
     )
-    max_tokens: int = _setting(
-        512,
+    max_tokens: int = declare(
+        _REPLY.max_tokens,
         "Max tokens",
         low=1,
         high=MAX_TOKENS_LIMIT,
         rule=f"must be between 1 and {MAX_TOKENS_LIMIT}.",
         help="Longest reply.",
+        flag="--max-tokens",
     )
-    system_prompt: str = _setting(
+    system_prompt: str = declare(
         "",
         "System prompt",
         help="Sent before every conversation to set the assistant's role and tone."
         " Leave empty to use the model's own default.",
     )
     # Runtime
-    threads: int = _setting(  # 0: automatic (the physical cores)
-        0, "Threads", reloads=True, problem=threads_problem, spin=(0, THREADS_MAX)
+    threads: int = declare(  # 0: automatic (the physical cores)
+        _RUNTIME.n_threads,
+        "Threads",
+        reloads=True,
+        problem=threads_problem,
+        spin=(0, THREADS_MAX),
+        flag="--threads",
+        flag_help=f"CPU threads, 1 to {THREADS_MAX}; 0: the physical cores",
     )
-    gpu_layers_target: int = _setting(  # -1: all layers
-        0,
+    gpu_layers_target: int = declare(  # -1: all layers
+        _RUNTIME.n_gpu_layers,
         "GPU layers (target)",
         reloads=True,
         low=-1,
         rule="must be -1 (all), 0 (none) or more.",
         spin=(-1, 9999),
+        # (the command line offloads the draft's layers alike: gambit.cli.main)
+        flag="--gpu-layers",
+        flag_help="layers to offload to the GPU, -1 for all",
     )
-    gpu_layers_draft: int = _setting(
-        0,
+    gpu_layers_draft: int = declare(
+        _RUNTIME.n_gpu_layers,
         "GPU layers (draft)",
         reloads=True,
         low=-1,
@@ -254,21 +252,41 @@ class Settings:
         spin=(-1, 9999),
         help="Layers offloaded to the GPU; 0 runs on the CPU only.",
     )
-    context_size: int = _setting(
-        4096,
+    context_size: int = declare(
+        _RUNTIME.n_ctx,
         "Context size",
         reloads=True,
         low=CONTEXT_MIN,
         high=CONTEXT_MAX,
         rule=f"must be between {CONTEXT_MIN} and {CONTEXT_MAX} tokens.",
         help="Longest conversation the model keeps in view.",
+        flag="--ctx",
+        flag_help="context size in tokens",
     )
-    exact_kernels: bool = _setting(  # RuntimeOptions.strict_batch_invariance
-        True, "Exact kernels", reloads=True, help=EXACT_KERNELS_HELP
+    exact_kernels: bool = declare(
+        _RUNTIME.strict_batch_invariance,
+        "Exact kernels",
+        reloads=True,
+        help=EXACT_KERNELS_HELP,
+        flag="--fast-kernels",
+        flag_sets=False,
+        flag_help="run the target on the fastest kernels that work on this CPU (a one-time "
+        "probe finds them), even where their batched logits differ from single-token "
+        "ones: at temperature 0 speculation may then pick a different token than plain "
+        "decoding where the target's top candidates (nearly) tie. Without it, the "
+        "fastest batch-invariant kernels; the draft always runs the fastest",
     )
     # Workers (gambit-worker, host:port) that hold the target's layers; the draft stays here
-    rpc_workers: tuple[str, ...] = _setting((), "Workers", reloads=True, problem=workers_problem)
-    worker_layers: int = _setting(  # 0: all; with no workers it is not used
+    rpc_workers: tuple[str, ...] = declare(
+        (),
+        "Workers",
+        reloads=True,
+        problem=workers_problem,
+        flag="--rpc",
+        flag_help="gambit-workers that hold the target's layers (llama.cpp RPC; start "
+        "`gambit-worker` there first); the draft and prompt lookup run here",
+    )
+    worker_layers: int = declare(  # 0: all; with no workers it is not used
         0,
         "Worker layers",
         reloads=True,
@@ -277,26 +295,44 @@ class Settings:
         spin=(0, 9999),
         help="How many of the target's layers the workers hold (split by their free"
         " memory); the rest run here. 0 puts them all on the workers.",
+        flag="--worker-layers",
+        flag_help="with --rpc, how many of the target's layers the workers hold, split by "
+        "their free memory, the rest running here; 0: all",
     )
     # Display
-    highlight_drafted: bool = _setting(
+    highlight_drafted: bool = declare(
         True,
         "Highlight drafted tokens",
         help="Tints the tokens the target accepted from the drafter.",
     )
-    show_stats: bool = _setting(
+    show_stats: bool = declare(
         True, "Show statistics", help="Speed and acceptance rate under the chat."
     )
-    even_streaming: bool = _setting(True, "Even streaming", help=EVEN_STREAMING_HELP)
+    even_streaming: bool = declare(True, "Even streaming", help=EVEN_STREAMING_HELP)
     # Local server (Tools → Local server; gambit-cli serve takes the same as flags)
-    server_host: str = _setting(
-        DEFAULT_HOST, "Server address", help="127.0.0.1: this machine only."
+    server_host: str = declare(
+        DEFAULT_HOST,
+        "Server address",
+        help="127.0.0.1: this machine only.",
+        flag="--host",
+        flag_help="address to listen on (127.0.0.1: this machine only; the API has no "
+        "encryption: use an SSH tunnel or a TLS proxy across a network)",
     )
-    server_port: int = _setting(
-        DEFAULT_PORT, "Server port", low=1, high=65535, rule="must be between 1 and 65535."
+    server_port: int = declare(
+        DEFAULT_PORT,
+        "Server port",
+        low=0,
+        high=65535,
+        rule="must be between 0 (any free port) and 65535.",
+        flag="--port",
+        flag_help="port to listen on; 0: any free one",
     )
-    server_api_key: str = _setting(
-        "", "API key", help="Empty: none. Else every request must send Authorization: Bearer KEY."
+    server_api_key: str = declare(
+        "",
+        "API key",
+        help="Empty: none. Else every request must send Authorization: Bearer KEY.",
+        flag="--api-key",
+        flag_help="require 'Authorization: Bearer KEY' on every request",
     )
 
     def with_(self, **changes: Any) -> Settings:
@@ -361,7 +397,7 @@ class Settings:
                 check(name, problem is None, f"{declared.label} {problem}.")
             elif declared.rule:
                 rule = declared.rule.format(**values)
-                check(name, _in_range(declared, value, values), f"{declared.label} {rule}")
+                check(name, declared.in_range(value, values), f"{declared.label} {rule}")
         context_ok = CONTEXT_MIN <= self.context_size <= CONTEXT_MAX
         # The reply is reserved in the context window before the prompt goes in,
         # so a reply as long as the window would leave no room for the question.
@@ -387,6 +423,12 @@ class Settings:
             rpc_workers=workers,
         )
 
+    def draft_options(self) -> RuntimeOptions:
+        """How llama.cpp runs the draft: on this machine, with its own GPU layers."""
+        return dataclasses.replace(
+            self.target_options(), n_gpu_layers=self.gpu_layers_draft, rpc_workers=()
+        )
+
     def engine_config(
         self, target_path: Path, layer_skip_draft: Path | None = None
     ) -> EngineConfig:
@@ -399,17 +441,14 @@ class Settings:
         from the target (layer skip) drafts with ``layer_skip_draft``, which the
         worker finds (or measures) first. Invalid values raise ValueError.
         """
-        target_options = self.target_options()
         derived = self._draft_file() == "derived"
         draft = layer_skip_draft if derived else self.draft_path()
         return EngineConfig(
             target=target_path,
             drafter=self.drafter,
             draft=draft,
-            target_options=target_options,
-            draft_options=dataclasses.replace(
-                target_options, n_gpu_layers=self.gpu_layers_draft, rpc_workers=()
-            ),
+            target_options=self.target_options(),
+            draft_options=self.draft_options(),
             policy=self.policy,
             gamma=self.fixed_gamma,
             gamma_max=self.gamma_max,
@@ -441,15 +480,6 @@ LABELS: dict[str, str] = {name: declared.label for name, declared in SETTINGS.it
 RELOADS: frozenset[str] = frozenset(n for n, declared in SETTINGS.items() if declared.reloads)
 # The settings whose change has the model files checked before it is applied.
 MODEL_FIELDS: frozenset[str] = frozenset(n for n, d in SETTINGS.items() if d.model_file)
-
-
-def _in_range(declared: Setting, value: float, values: dict[str, Any]) -> bool:
-    """Whether ``value`` is within ``declared``'s bounds (``values``: every field's)."""
-    high = values[declared.high_field] if declared.high_field else declared.high
-    low = declared.low
-    if low is not None and (value <= low if declared.low_open else value < low):
-        return False
-    return high is None or (value < high if declared.high_open else value <= high)
 
 
 # Field name -> type, with the string annotations resolved (Literal included).

@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -32,7 +31,7 @@ from gambit.qt.worker import EngineInfo
 from gambit.serve.openai_api import ServeOptions
 from gambit.storage.settings import SETTINGS, Settings
 from gambit.ui import theme
-from gambit.ui.settings_widgets import help_line
+from gambit.ui.settings_widgets import help_line, spin
 
 
 @dataclass(frozen=True)
@@ -54,9 +53,7 @@ class ServerDialog(QDialog):
         s = host.settings()
         self.address = QLineEdit(s.server_host)
         self.address.setObjectName("serverAddressEdit")
-        self.port = QSpinBox()
-        self.port.setObjectName("serverPortSpin")
-        self.port.setRange(1, 65535)
+        self.port = spin("serverPortSpin", "server_port", special="Any free port")
         self.port.setValue(s.server_port)
         self.api_key = QLineEdit(s.server_api_key)
         self.api_key.setObjectName("serverApiKeyEdit")

@@ -294,7 +294,7 @@ class SettingsPages(QDialog):
         """The local server's address and key (Tools → Local server starts it)."""
         self.server_host_edit = QLineEdit()
         self.server_host_edit.setObjectName("serverHostEdit")
-        self.server_port_spin = spin("serverPortSpin", "server_port")
+        self.server_port_spin = spin("serverPortSpin", "server_port", special="Any free port")
         self.server_api_key_edit = QLineEdit()
         self.server_api_key_edit.setObjectName("serverApiKeyEdit")
         self.server_api_key_edit.setEchoMode(QLineEdit.EchoMode.PasswordEchoOnEdit)
