@@ -350,6 +350,11 @@ def test_bench_regimes(tmp_path: Path, smol_q4_1: Path) -> None:
         assert cell["modes"]["fixed=16"]["tokens"] > 0
         assert cell["ttft_ratio"] > 0
         assert cell["modes"]["adaptive"]["p99_shown_ms"] >= 0
+        # adaptive against the best fixed, prompt by prompt (2 prompts: an interval
+        # around the ratio) and against the best chosen on the other prompt
+        low, high = cell["adaptive_vs_best_fixed_interval"]
+        assert 0 < low <= high
+        assert cell["adaptive_vs_held_out_fixed"] > 0
         # Round efficiency against parts timed at the replies' own context.
         at_context = cell["costs_at_context"]
         assert at_context["t1_ms"] > 0 and set(at_context["t_ratio"]) == {"2", "3", "5", "9"}
@@ -360,5 +365,6 @@ def test_bench_regimes(tmp_path: Path, smol_q4_1: Path) -> None:
     draft_alpha = report["pairs"][0]["suites"]["ALL"]["alpha"]
     assert 0 < len(draft_alpha) <= 16 and all(0.0 <= a <= 1.0 for a in draft_alpha)
     assert (out / "regimes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| Q8_0 ×2 (cost-scaled) (" in (out / "regimes.md").read_text(encoding="utf-8")
+    table = (out / "regimes.md").read_text(encoding="utf-8")
+    assert "| Q8_0 ×2 (cost-scaled) (" in table and "adapt/held-out best" in table
     assert "[2/2]" in proc.stderr  # progress on stderr while it runs

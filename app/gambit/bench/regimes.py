@@ -22,7 +22,10 @@ rotating their order per prompt, and reports per cell:
 - tokens/s and speedup of each mode against target-only (decoding only, as
   llama.cpp reports it; a draft model's reading of the prompt counts as
   prompt processing), and end to end, prompt processing included;
-- the best fixed policy in hindsight and adaptive ÷ best fixed;
+- the best fixed policy in hindsight and adaptive ÷ best fixed, with its 95 %
+  interval prompt by prompt, and adaptive ÷ the best fixed policy chosen on
+  the other half of the prompts (the best of several noisy figures reads
+  high: ``gambit.bench.paired``);
 - the **cost-model bound**: the best speedup any fixed chain could reach given
   t_target(k), the draft step (timed alone at the replies' context:
   ``gambit.bench.parts``) and per-position acceptance from the longest fixed
@@ -53,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from gambit.bench.costs import CALIBRATION_CONTEXT, cost_bound, cost_summary, regime_of
+from gambit.bench.paired import held_out_ratio, paired_ratio
 from gambit.bench.parts import PartTimes, time_parts
 from gambit.bench.regimes_report import markdown_table, save_chart, text_table
 from gambit.bench.runner import TARGET_ONLY, BenchPrompt, ModeTotals, load_prompts, run_once
@@ -127,6 +131,9 @@ class Cell:
     parts: PartTimes = field(default_factory=PartTimes)  # timed alone at the replies' context
     # Gaps between tokens as the chat view shows them, pacing bursts, per mode.
     shown_gaps: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    # Each prompt's decoding rate (tok/s) per mode, in the prompts' order: every
+    # prompt runs every mode back to back, so modes compare prompt by prompt.
+    prompt_rates: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     compared: int = 0
     diverged: int = 0
 
@@ -177,6 +184,12 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
             round_ms[str(gamma)] = {"round": times.mean_s * 1000, "parts": parts * 1000}
     gamma_bound = parse_fixed(longest)[0] if longest else 1
     base_ttft = base.get("ttft_ms", 0.0)
+    rates = cell.prompt_rates
+    paired = (
+        paired_ratio(list(zip(rates[best_fixed], rates["adaptive"], strict=True)))
+        if best_fixed and "adaptive" in rates
+        else None
+    )
     return {
         "modes": modes,
         "adaptive_end_to_end": adaptive_e2e,
@@ -186,6 +199,10 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
         "adaptive_speedup": adaptive.get("speedup", 0.0),
         "adaptive_vs_best_fixed": adaptive.get("speedup", 0.0) / best if best else 0.0,
         "adaptive_vs_best_fixed_end_to_end": adaptive_e2e / best_e2e if best_e2e else 0.0,
+        # prompt by prompt: the geometric mean and its 95 % interval (gambit.bench.paired)
+        "adaptive_vs_best_fixed_interval": list(paired[1:]) if paired else None,
+        # against the best fixed policy chosen on the other half of the prompts
+        "adaptive_vs_held_out_fixed": held_out_ratio(rates, "adaptive", list(fixed)),
         "bound": cost_bound(alpha, costs, gamma_bound) if alpha else 1.0,
         "bound_gamma_max": gamma_bound,
         "alpha": list(alpha),
@@ -310,6 +327,7 @@ def _run_mode(
     shown = shown_times(arrivals, REPAINT_S)
     for cell in (cells[bp.suite], cells["ALL"]):
         cell.totals[mode].add(stats, rounds)
+        cell.prompt_rates[mode].append(stats.tokens_per_s)
         cell.shown_gaps[mode].extend(np.diff(shown).tolist())
         if parts is not None:
             _add_round_times(cell, rounds, gamma)

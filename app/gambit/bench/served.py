@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gambit.bench.paired import paired_ratio
 from gambit.bench.runner import load_prompts
 from gambit.engine.chat import Message
 from gambit.engine.controller import GammaController
@@ -51,29 +49,6 @@ class Rates:
     @property
     def rate(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
-
-
-# Student's t at 97.5 % for 1-10 degrees of freedom (more: the normal's 1.96
-# is within 3 % of it by 11, and tightens from there).
-_T975 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
-
-
-def paired_ratio(pairs: Sequence[tuple[float, float]]) -> tuple[float, float, float] | None:
-    """The served/direct rate ratio of replies to the same prompt, as a
-    geometric mean over the pairs with its 95 % interval: (mean, low, high);
-    None with fewer than two pairs. One reply's rate moves ±10 % from run to
-    run here, so a few percent between the two paths means nothing without it."""
-    logs = [math.log(s / d) for d, s in pairs if d > 0 and s > 0]
-    if len(logs) < 2:
-        return None
-    mean = statistics.fmean(logs)
-    df = len(logs) - 1
-    half = (
-        (_T975[df - 1] if df <= len(_T975) else 1.96)
-        * statistics.stdev(logs)
-        / math.sqrt(len(logs))
-    )
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def _cold(engine: Engine) -> None:
