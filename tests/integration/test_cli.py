@@ -354,6 +354,8 @@ def test_bench_regimes(tmp_path: Path, smol_q4_1: Path) -> None:
         # around the ratio) and against the best chosen on the other prompt
         low, high = cell["adaptive_vs_best_fixed_interval"]
         assert 0 < low <= high
+        low, high = cell["adaptive_speedup_interval"]  # against target-only
+        assert 0 < low <= high
         assert cell["adaptive_vs_held_out_fixed"] > 0
         # Round efficiency against parts timed at the replies' own context.
         at_context = cell["costs_at_context"]

@@ -190,6 +190,11 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
         if best_fixed and "adaptive" in rates
         else None
     )
+    over_plain = (
+        paired_ratio(list(zip(rates[TARGET_ONLY], rates["adaptive"], strict=True)))
+        if "adaptive" in rates
+        else None
+    )
     return {
         "modes": modes,
         "adaptive_end_to_end": adaptive_e2e,
@@ -197,6 +202,8 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
         "best_fixed_speedup": best,
         "best_fixed_end_to_end": best_e2e,
         "adaptive_speedup": adaptive.get("speedup", 0.0),
+        # its 95 % interval, prompt by prompt (where nothing pays: is a loss noise?)
+        "adaptive_speedup_interval": list(over_plain[1:]) if over_plain else None,
         "adaptive_vs_best_fixed": adaptive.get("speedup", 0.0) / best if best else 0.0,
         "adaptive_vs_best_fixed_end_to_end": adaptive_e2e / best_e2e if best_e2e else 0.0,
         # prompt by prompt: the geometric mean and its 95 % interval (gambit.bench.paired)

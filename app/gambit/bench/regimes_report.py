@@ -13,10 +13,11 @@ def _ms(value: float | None) -> str:
     return f"{value:.0f}" if value else "-"
 
 
-def _ratio(value: float, interval: list[float] | None) -> str:
+def _ratio(value: float, interval: list[float] | None, unit: str = "") -> str:
+    """``value`` and, where there is one, its 95 % interval: "1.02x (0.95-1.09)"."""
     if not interval:
-        return f"{value:.2f}"
-    return f"{value:.2f} ({interval[0]:.2f}-{interval[1]:.2f})"
+        return f"{value:.2f}{unit}"
+    return f"{value:.2f}{unit} ({interval[0]:.2f}-{interval[1]:.2f})"
 
 
 def table_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -45,7 +46,7 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
                     pair["drafter"],
                     suite,
                     f"{plain['tokens_per_s']:.1f}",
-                    f"{adaptive['speedup']:.2f}x",
+                    _ratio(adaptive["speedup"], f.get("adaptive_speedup_interval"), "x"),
                     f"{f['best_fixed'] or '-'} {f['best_fixed_speedup']:.2f}x",
                     _ratio(f["adaptive_vs_best_fixed"], f.get("adaptive_vs_best_fixed_interval")),
                     f"{f['adaptive_vs_held_out_fixed']:.2f}"
