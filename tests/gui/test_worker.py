@@ -19,8 +19,8 @@ from PySide6.QtCore import QObject, Signal
 from pytestqt.qtbot import QtBot
 
 from gambit.engine.chat import Message
-from gambit.engine.decoder import GenerationConfig, StopReason
 from gambit.engine.kernels import KernelProbe
+from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import EngineConfig

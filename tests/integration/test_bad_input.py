@@ -23,14 +23,10 @@ import numpy as np
 import pytest
 
 from gambit.engine.chat import ChatPromptBuilder, Message
-from gambit.engine.decoder import (
-    FixedGamma,
-    GenerationConfig,
-    Round,
-    SpeculativeDecoder,
-    StopReason,
-)
+from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
+from gambit.engine.policy import FixedGamma
+from gambit.engine.reply import GenerationConfig, Round, StopReason
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
@@ -283,7 +279,8 @@ def test_prompt_longer_than_context(smol_q4_1: Path) -> None:
 # Run in a child process: a failed llama.cpp assertion aborts the whole process.
 _BETWEEN_SIZES = """
 import sys
-from gambit.engine.decoder import GenerationConfig, SpeculativeDecoder
+from gambit.engine.decoder import SpeculativeDecoder
+from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.errors import ContextOverflowError

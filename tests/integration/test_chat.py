@@ -13,14 +13,10 @@ from pathlib import Path
 import pytest
 
 from gambit.engine.chat import ChatPromptBuilder, ChatTemplate, Message
-from gambit.engine.decoder import (
-    FixedGamma,
-    GenerationConfig,
-    Round,
-    SpeculativeDecoder,
-    StopReason,
-)
+from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
+from gambit.engine.policy import FixedGamma
+from gambit.engine.reply import GenerationConfig, Round, StopReason
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig

@@ -16,7 +16,7 @@ import gguf
 import pytest
 
 from gambit.engine.chat import ChatTemplate, Message
-from gambit.engine.decoder import GenerationConfig, StopReason
+from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig

@@ -20,8 +20,8 @@ import gguf
 import numpy as np
 import pytest
 
-from gambit.engine.controller import DEFAULT_GAMMA_MAX
 from gambit.engine.drafters.draft_model import check_compatible
+from gambit.engine.policy import DEFAULT_GAMMA_MAX
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import ModelNotFoundError, NotGGUFError
 from gambit.formats.gguf_file import read_header

@@ -20,11 +20,13 @@ import pytest
 from scipy.stats import chisquare
 
 from gambit.engine.chat import ChatTemplate, Message
-from gambit.engine.decoder import FixedGamma, GenerationConfig, SpeculativeDecoder
+from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.kernels import KernelConfig
+from gambit.engine.policy import FixedGamma
+from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.sampling import SamplingParams, process
 

@@ -23,7 +23,7 @@ from gambit.bench.measure import (
     run_measurement,
 )
 from gambit.engine.chat import Message
-from gambit.engine.decoder import GenerationConfig
+from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig

@@ -10,8 +10,10 @@ from pathlib import Path
 import llama_cpp as ll
 import pytest
 
-from gambit.engine.decoder import FixedGamma, GenerationConfig, SpeculativeDecoder, StopReason
+from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
+from gambit.engine.policy import FixedGamma
+from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.errors import DecodeAbortedError

@@ -4,9 +4,11 @@ draft and reading pays."""
 from __future__ import annotations
 
 from gambit.engine.controller import GammaController
-from gambit.engine.decoder import FixedGamma, GenerationConfig, SpeculativeDecoder
+from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.estimates import CostModel
+from gambit.engine.policy import FixedGamma
+from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import ModelRuntime
 from gambit.engine.sampling import SamplingParams
 

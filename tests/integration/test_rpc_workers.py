@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from gambit.engine import rpc
-from gambit.engine.decoder import GenerationConfig, Round
 from gambit.engine.kernels import EXACT
+from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig

@@ -17,9 +17,11 @@ from test_lossless import (
     _prompt,
 )
 
-from gambit.engine.decoder import FixedGamma, GenerationConfig, Round, SpeculativeDecoder
+from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.lookup import PromptLookupDrafter
+from gambit.engine.policy import FixedGamma
+from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from gambit.engine.controller import GammaController
-from gambit.engine.decoder import Round
-from gambit.engine.estimates import AcceptanceModel, CostModel
+from gambit.engine.estimates import AcceptanceModel, CostModel, chain_speedup
+from gambit.engine.reply import Round
 
 GAMMA_MAX = 8  # these tests' policy drafts at most 8 (the app's default: DEFAULT_GAMMA_MAX)
 
@@ -471,3 +471,17 @@ def test_the_catch_up_beyond_a_step_is_priced_per_round() -> None:
     # A round of γ = 4 is priced at what it takes: 19 ms of drafting.
     expected_cost = ctrl.acceptance.expected_tokens(4) / ctrl.expected_rate(4)
     assert expected_cost == pytest.approx(0.019 + c.verify_cost(5), rel=0.01)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.35, 0.8, 1.0])
+@pytest.mark.parametrize(("slope", "t_draft"), [(0.0, 0.0), (0.15, 0.001), (0.6, 0.004)])
+def test_chain_speedup_is_the_controller_s_model_with_one_acceptance(
+    alpha: float, slope: float, t_draft: float
+) -> None:
+    """The what-if estimate of a draft not yet made (estimates.chain_speedup,
+    used by the draft searches) is the controller's own arithmetic, before it
+    has learned anything."""
+    c = costs(slope=slope, t_draft=t_draft)
+    ctrl = controller(c.copy(), prior_alpha=alpha)
+    for gamma in range(1, GAMMA_MAX + 1):
+        assert chain_speedup(c, alpha, gamma) == pytest.approx(ctrl.expected_speedup(gamma))

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from gambit.engine.controller import GammaController
-from gambit.engine.decoder import Round
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.estimates import CostModel
+from gambit.engine.reply import Round
 
 GAMMA_MAX = 8
 MODEL = 0

@@ -9,7 +9,7 @@ import pytest
 from test_controller import controller, costs, plain_round, spec_round, with_alpha
 
 from gambit.engine.controller import GammaController
-from gambit.engine.decoder import StopReason
+from gambit.engine.reply import StopReason
 
 
 def draft_model_controller(alpha: float = 0.95) -> GammaController:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from gambit.engine.controller import GammaController, PolicyMode
-from gambit.engine.decoder import Round
+from gambit.engine.controller import GammaController
 from gambit.engine.estimates import CostModel
+from gambit.engine.policy import PolicyMode
+from gambit.engine.reply import Round
 
 T1 = 0.010
 NEED = f"{(GammaController.ON_ABOVE - 1) * 100:.0f} %"  # the gain needed to switch on

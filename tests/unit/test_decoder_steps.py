@@ -14,15 +14,11 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from gambit.engine.decoder import (
-    FixedGamma,
-    GenerationConfig,
-    Round,
-    SpeculativeDecoder,
-    StopReason,
-)
+from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
 from gambit.engine.drafters.lookup import PromptLookupDrafter
+from gambit.engine.policy import FixedGamma
+from gambit.engine.reply import GenerationConfig, Round, StopReason
 from gambit.engine.runtime import FloatRows
 from gambit.engine.sampling import SamplingParams
 from gambit.errors import ContextOverflowError

@@ -6,7 +6,6 @@ import dataclasses
 
 import pytest
 
-from gambit.engine.decoder import Round
 from gambit.engine.metrics import (
     NO_FIGURE,
     MetricsTracker,
@@ -15,6 +14,7 @@ from gambit.engine.metrics import (
     format_speedup,
     speedup,
 )
+from gambit.engine.reply import Round
 
 
 def rnd(

@@ -43,19 +43,15 @@ from gambit.engine.busy import LoadMeter, LoadReading
 from gambit.engine.calibration import calibrate
 from gambit.engine.chat import Message
 from gambit.engine.controller import GammaController
-from gambit.engine.decoder import (
-    FixedGamma,
-    GammaPolicy,
-    GenerationConfig,
-    SpeculativeDecoder,
-    StopReason,
-)
+from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.base import ChoosingDrafter, Drafter
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, BuildInput, DrafterKind, spec
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import cpu_id
 from gambit.engine.metrics import GenerationStats, speedup
+from gambit.engine.policy import FixedGamma, GammaPolicy
+from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.runtime import default_threads
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, most_draft_tokens

@@ -14,11 +14,11 @@ from typing import Any
 
 from gambit.bench.costs import BANDWIDTH_BOUND_BELOW
 from gambit.bench.runner import TARGET_ONLY
-from gambit.engine.controller import GammaController
+from gambit.engine.policy import SWITCH_ON_ABOVE
 
 # Speculation has to beat plain decoding by the controller's own switch-on
 # margin before it is worth recommending: below it, noise could be the gain.
-PAYS_FROM = GammaController.ON_ABOVE
+PAYS_FROM = SWITCH_ON_ABOVE
 # An adaptive policy within this share of the best fixed γ of the same drafter
 # is recommended instead: it follows the user's chats as they change.
 ADAPTIVE_SLACK = 0.02

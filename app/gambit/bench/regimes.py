@@ -63,12 +63,13 @@ from gambit.bench.runner import TARGET_ONLY, BenchPrompt, ModeTotals, load_promp
 from gambit.bench.targets import TargetSpec, derive_targets, parse_targets
 from gambit.engine.backend import detect_backend
 from gambit.engine.calibration import calibrate
-from gambit.engine.controller import DEFAULT_GAMMA_MAX, GammaController
-from gambit.engine.decoder import GenerationConfig, Round
+from gambit.engine.controller import GammaController
 from gambit.engine.drafters.registry import DRAFTING, TREE_DRAFTERS, DrafterKind, spec
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import cpu_id
 from gambit.engine.pacing import REPAINT_S, shown_times
+from gambit.engine.policy import DEFAULT_GAMMA_MAX
+from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
@@ -353,7 +354,7 @@ def _add_round_times(cell: Cell, rounds: Sequence[Round], gamma: int) -> None:
 
 def _time_parts_mid_reply(engine: Engine, reply: list[int], gamma: int) -> PartTimes:
     """The parts of a γ round, timed alone half-way through the reply just made."""
-    context = engine.decoder.context
+    context = engine.context
     middle = context[: len(context) - len(reply) // 2]
     return time_parts(engine.target, engine.draft_runtime, middle, (1, gamma + 1))
 

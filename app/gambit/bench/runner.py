@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from gambit.engine.chat import Message
-from gambit.engine.controller import GammaController, PolicyMode
-from gambit.engine.decoder import GenerationConfig, Round
+from gambit.engine.controller import GammaController
 from gambit.engine.metrics import NO_FIGURE, GenerationStats, speedup
 from gambit.engine.placement import TargetPlacement, WorkerShare, cost_curve
+from gambit.engine.policy import PolicyMode
+from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError, OperationCancelledError
@@ -94,7 +95,7 @@ def run_once(
     if engine.draft_runtime is not None:
         engine.draft_runtime.clear()
     engine.chat_builder.forget()
-    engine.decoder.speculation_enabled = controller is not None
+    engine.set_speculation(controller is not None)
     if controller is not None:
         engine.use_controller(controller)
     d0 = engine.decode_seconds

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from gambit.bench.paired import paired_ratio
 from gambit.bench.runner import load_prompts
 from gambit.engine.chat import Message
-from gambit.engine.controller import GammaController
-from gambit.engine.decoder import GenerationConfig
+from gambit.engine.reply import GenerationConfig
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
 from gambit.serve.jobs import ThreadHost, model_name
@@ -151,7 +150,7 @@ def run_served_bench(
     name = model_name(config.target.name)
     host = ThreadHost(engine, name)
     # One controller for both paths, as the window's engine has one.
-    controller: GammaController = engine.controller
+    controller = engine.controller
     server = LocalServer(create_app(host, ServeOptions(), ServeMetrics()), "127.0.0.1", 0)
     server.start()
     direct, served = Rates(), Rates()

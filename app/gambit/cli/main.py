@@ -27,7 +27,6 @@ from gambit.cli.stop_signals import StopSignals
 from gambit.engine import rpc
 from gambit.engine.busy import LoadMeter
 from gambit.engine.chat import Message
-from gambit.engine.decoder import GenerationConfig
 from gambit.engine.drafters.registry import DRAFTERS, DrafterSpec, combined_kind
 from gambit.engine.limits import positive_int_arg
 from gambit.engine.metrics import (
@@ -38,6 +37,7 @@ from gambit.engine.metrics import (
     format_rate,
     format_speedup,
 )
+from gambit.engine.reply import GenerationConfig
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError, OperationCancelledError

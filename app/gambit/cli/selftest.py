@@ -34,10 +34,10 @@ from gambit.cli.setting_flags import add_setting_flag
 from gambit.engine import rpc
 from gambit.engine.backend import detect_backend
 from gambit.engine.chat import Message
-from gambit.engine.decoder import GenerationConfig
 from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
 from gambit.engine.kernels import KernelChoice, KernelProbe
 from gambit.engine.metrics import GenerationStats
+from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import RuntimeOptions, default_threads
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig

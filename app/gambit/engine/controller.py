@@ -58,12 +58,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-from gambit.engine.decoder import Round, StopReason
 from gambit.engine.estimates import ACCEPT_WEIGHT, AcceptanceModel, CostModel
+from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, SWITCH_ON_ABOVE, PolicyMode
+from gambit.engine.reply import Round, StopReason
 
 
 @dataclass
@@ -81,17 +81,6 @@ class Decision:
     side: int = 0  # tree side nodes next to the main chain (0: a chain)
 
 
-PolicyMode = Literal["adaptive", "fixed", "off"]
-
-# The defaults of the two draft lengths, declared once: the settings, the
-# engine's config, the command line and the benchmarks read them from here.
-# Up to 16: on a realistic pair (a draft step ~0.1 of a target step, batches
-# of 9 costing ~2.5 steps) the best fixed γ measured was 8-16; the adaptive
-# policy goes as far as the measured costs and acceptance say.
-DEFAULT_GAMMA = 4  # the fixed policy's
-DEFAULT_GAMMA_MAX = 16  # the adaptive policy's ceiling and fixed γ's limit
-
-
 class GammaController:
     """Chooses γ for each round, and keeps measuring whatever the mode.
 
@@ -104,7 +93,7 @@ class GammaController:
     baseline and the expected speedup stay current when the user switches.
     """
 
-    ON_ABOVE = 1.05
+    ON_ABOVE = SWITCH_ON_ABOVE
     OFF_BELOW = 1.0
     # Probing costs something (a draft model must catch up on skipped text):
     # only probe where the best case, every draft accepted, is clearly a win.

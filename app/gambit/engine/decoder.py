@@ -16,17 +16,18 @@ again in front of its own tokens (``Round.n_catch_up``).
 
 from __future__ import annotations
 
-import enum
 import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, cast
 
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, ChoosingDrafter, Draft, Drafter, TreeDrafter
+from gambit.engine.policy import DEFAULT_GAMMA, FixedGamma, GammaPolicy
+from gambit.engine.reply import GenerationConfig, Round, StopReason
 from gambit.engine.runtime import FloatRows
 from gambit.engine.sampling import Distribution, SamplingParams, process
 from gambit.engine.text_stream import TextStream
@@ -39,136 +40,6 @@ from gambit.errors import ContextOverflowError, DecodeAbortedError
 # round's catch-up does (the last draft and the bonus token); more, and the
 # first token does not wait for it.
 READ_IN_ROUND_MAX = 2
-
-
-class StopReason(str, enum.Enum):
-    EOG = "end of text"
-    MAX_TOKENS = "max tokens"
-    STOP_STRING = "stop string"
-    CANCELLED = "cancelled"
-    CONTEXT_FULL = "context full"
-
-
-@dataclass(frozen=True, slots=True)
-class Round:
-    """What one round produced. ``tokens[:n_accepted]`` came from the drafter
-    (and were accepted); the rest were produced by the target."""
-
-    index: int
-    tokens: tuple[int, ...]
-    text: str  # the new text this round made visible (may lag tokens by a partial UTF-8 char)
-    gamma: int  # draft length asked for
-    n_drafted: int
-    n_accepted: int
-    outcomes: tuple[bool, ...]  # per draft position tried: accepted?
-    t_draft_s: float
-    t_verify_s: float  # the target's batch decode plus verification
-    elapsed_s: float  # since generate() was called, when this round was emitted
-    stop: StopReason | None = None
-    n_draft_synced: int = 0  # tokens the drafter decoded to catch up, within t_draft_s
-    t_draft_synced_s: float = 0.0  # the seconds of t_draft_s that took (0: not measured)
-    # Token trees: ``n_drafted`` counts every node and ``outcomes`` is per
-    # depth (was one of its candidates accepted?); ``n_side`` nodes were side
-    # candidates, and ``main_outcomes`` is what the main chain alone showed.
-    n_side: int = 0
-    main_outcomes: tuple[bool, ...] | None = None
-    # Committed tokens re-decoded at the front of this round's batch (an
-    # accepted side branch of the round before); the batch held
-    # n_catch_up + 1 + n_drafted tokens.
-    n_catch_up: int = 0
-    # Prompt processing that came before this round, within elapsed_s: the
-    # target's before the first round, the drafter's reading of the prompt
-    # before the round that follows it (the first token does not wait for it).
-    t_prompt_s: float = 0.0
-    # The name of what drafted this round (a source of a ChoosingDrafter, or
-    # the drafter itself: "prompt lookup"); "" where nothing was drafted.
-    drafted_by: str = ""
-
-    @property
-    def chain_outcomes(self) -> tuple[bool, ...]:
-        """Per position of the main chain tried: accepted? (``outcomes`` for a chain)."""
-        return self.outcomes if self.main_outcomes is None else self.main_outcomes
-
-    @property
-    def side_gain(self) -> int:
-        """Draft tokens accepted beyond what the main chain alone would have given."""
-        chain = self.chain_outcomes
-        n = chain.index(False) if False in chain else len(chain)
-        return self.n_accepted - n
-
-    @property
-    def from_draft(self) -> tuple[bool, ...]:
-        n = len(self.tokens)
-        k = min(self.n_accepted, n)
-        return (True,) * k + (False,) * (n - k)
-
-
-class GammaPolicy(Protocol):
-    """Chooses the draft length of each round; 0 means plain decoding."""
-
-    def next_gamma(self, hint: int = 0) -> int:
-        """``hint``: the drafter's signal for this round (``Drafter.hint``);
-        rounds with the same hint share what the policy learns."""
-        ...
-
-    def choose(self, hints: Sequence[int]) -> int:
-        """Which of a ``ChoosingDrafter``'s options (hints, one per source,
-        the preferred first) the coming round drafts from."""
-        ...
-
-    def start_reply(self, n_context: int) -> None:
-        """A generation starts on ``n_context`` prompt tokens the drafter has not read."""
-        ...
-
-    def decide_reading(self, n_read: int = 0, horizon: int = 0) -> bool:
-        """Whether the drafter reads the prompt now, so that the next rounds
-        can draft: ``n_read`` tokens it would decode, for a reply of at most
-        ``horizon`` more tokens (0: unknown)."""
-        ...
-
-    def observe_reading(self, n_read: int, seconds: float) -> None:
-        """The drafter read the ``n_read`` tokens it was behind in ``seconds``."""
-        ...
-
-    def next_side_nodes(self) -> int:
-        """Side nodes for this round's tree (0: a chain); read after ``next_gamma``."""
-        ...
-
-    def observe(self, rnd: Round) -> None: ...
-
-
-@dataclass
-class FixedGamma:
-    gamma: int
-    side: int = 0
-
-    def next_gamma(self, hint: int = 0) -> int:
-        return self.gamma
-
-    def choose(self, hints: Sequence[int]) -> int:
-        return hints[0]  # (nothing measured to choose by: the drafter's preference)
-
-    def start_reply(self, n_context: int) -> None:
-        pass
-
-    def decide_reading(self, n_read: int = 0, horizon: int = 0) -> bool:
-        return self.gamma > 0
-
-    def observe_reading(self, n_read: int, seconds: float) -> None:
-        pass
-
-    def next_side_nodes(self) -> int:
-        return self.side
-
-    def observe(self, rnd: Round) -> None:
-        pass
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    max_tokens: int = 512
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    stop_strings: tuple[str, ...] = ()
 
 
 class _TargetRows(Sequence[Distribution]):
@@ -295,7 +166,7 @@ class SpeculativeDecoder:
     ) -> None:
         self.target = target
         self.drafter = drafter
-        self.policy: GammaPolicy = policy or FixedGamma(4 if drafter else 0)
+        self.policy: GammaPolicy = policy or FixedGamma(DEFAULT_GAMMA if drafter else 0)
         self.context: list[int] = []
         # Read between rounds: flip speculation off/on mid-reply.
         self.speculation_enabled = True

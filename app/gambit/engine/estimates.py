@@ -252,6 +252,18 @@ class CostModel:
         return curve
 
 
+def chain_speedup(costs: CostModel, acceptance: float, gamma: int) -> float:
+    """Expected speedup over plain decoding of rounds that draft ``gamma``
+    tokens, each accepted with probability ``acceptance`` once the ones before
+    it were: the adaptive policy's model of a round (``GammaController``'s
+    ``expected_speedup``) with one acceptance at every position, for what-if
+    estimates before anything is measured (a draft not yet made)."""
+    tokens = sum(acceptance**i for i in range(gamma + 1))
+    cost = costs.round_cost(gamma, gamma + 1)
+    plain = costs.round_cost(0, 1)
+    return tokens * plain / cost if cost > 0 else 0.0
+
+
 def _non_decreasing(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The weighted least-squares non-decreasing fit to ``values`` (pool
     adjacent violators); an infinite weight pins its value."""

@@ -57,8 +57,8 @@ from typing import Final
 
 import numpy as np
 
-from gambit.engine.decoder import Round
 from gambit.engine.drafters.registry import DRAFTERS
+from gambit.engine.reply import Round
 
 # A drafter's name (Drafter.name, its short name) -> its tag: "lookup", "draft".
 _SOURCE_TAGS = {spec.short: spec.tag for spec in DRAFTERS.values()}

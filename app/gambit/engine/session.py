@@ -18,15 +18,11 @@ import numpy as np
 
 from gambit.engine.calibration import CostStore, calibrate
 from gambit.engine.chat import ChatPrompt, ChatPromptBuilder, Message
-from gambit.engine.controller import (
-    DEFAULT_GAMMA,
-    DEFAULT_GAMMA_MAX,
-    GammaController,
-    PolicyMode,
-)
-from gambit.engine.decoder import GenerationConfig, Round, SpeculativeDecoder, StopReason
+from gambit.engine.controller import GammaController
+from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.devices import gpu_devices
 from gambit.engine.drafters.base import ChoosingDrafter, Drafter
+from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.registry import (
     TREE_DRAFTERS,
     BuildInput,
@@ -36,7 +32,10 @@ from gambit.engine.drafters.registry import (
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe, implied_kernels
 from gambit.engine.placement import TargetPlacement
+from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, FixedGamma, PolicyMode
+from gambit.engine.reply import GenerationConfig, Round, StopReason
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
+from gambit.engine.sampling import SamplingParams
 from gambit.engine.target_host import HostedRuntime, open_target
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.engine.tokens import common_prefix_length
@@ -102,6 +101,27 @@ class EngineConfig:
 Progress = Callable[[str], None]  # what a load is doing now, in a sentence
 
 
+def greedy_acceptance(
+    target: ModelRuntime,
+    draft: ModelRuntime,
+    prompts: Sequence[list[int]],
+    n_tokens: int,
+    gamma: int = DEFAULT_GAMMA,
+) -> float:
+    """Share of a draft model's tokens the target accepts: greedy replies of
+    ``n_tokens`` to each prompt (tokens), drafting ``gamma`` a round, on two
+    loaded runtimes (a draft just derived is measured without an Engine's
+    kernel probe and calibration)."""
+    decoder = SpeculativeDecoder(target, DraftModelDrafter(draft), FixedGamma(gamma))
+    config = GenerationConfig(max_tokens=n_tokens, sampling=SamplingParams(temperature=0.0))
+    drafted = accepted = 0
+    for prompt in prompts:
+        for rnd in decoder.generate(prompt, config):
+            drafted += rnd.n_drafted
+            accepted += rnd.n_accepted
+    return accepted / drafted if drafted else 0.0
+
+
 def _choose_kernels(
     probe: KernelProbe,
     model: Path,
@@ -145,8 +165,8 @@ class Engine:
     """Loads the models, checks the pair, measures costs, and streams replies.
 
     ``controller`` decides γ every round; its mode can change between rounds
-    (the settings toggle), and ``decoder.speculation_enabled`` pauses
-    speculation without touching what the controller has learned.
+    (the settings toggle), and ``set_speculation`` is the one switch that
+    pauses speculation without touching what the controller has learned.
     """
 
     def __init__(self, config: EngineConfig, progress: Progress | None = None) -> None:
@@ -337,6 +357,22 @@ class Engine:
     def use_controller(self, controller: GammaController) -> None:
         self.controller = controller
         self.decoder.policy = controller
+
+    def set_speculation(self, enabled: bool) -> None:
+        """Speculation on or off from the next round (mid-reply included; any
+        thread: a bool the engine's thread reads once per round). Off, rounds
+        decode plainly and the controller keeps what it has learned."""
+        self.decoder.speculation_enabled = enabled
+
+    @property
+    def speculating(self) -> bool:
+        """Whether rounds may draft: a drafter is loaded and speculation is on."""
+        return self.drafter is not None and self.decoder.speculation_enabled
+
+    @property
+    def context(self) -> list[int]:
+        """The tokens the target holds now (the last reply's prompt and reply)."""
+        return self.decoder.context
 
     @property
     def chat_builder(self) -> ChatPromptBuilder:

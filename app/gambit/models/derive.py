@@ -26,11 +26,10 @@ from pathlib import Path
 import llama_cpp as ll
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from gambit.engine.decoder import FixedGamma, GenerationConfig, SpeculativeDecoder
-from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
+from gambit.engine.drafters.draft_model import check_compatible
 from gambit.engine.llama_lib import ensure_backend
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.session import greedy_acceptance
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.formats.gguf_file import GGUFHeader, check_model_file
 from gambit.fsutil import Progress, check_disk_space
@@ -291,17 +290,10 @@ def measure_acceptance(
     per prompt, on the real engine (a short calibration, a few seconds for
     small models)."""
     opts = options or RuntimeOptions(n_ctx=512)
-    config = GenerationConfig(max_tokens=n_tokens, sampling=SamplingParams(temperature=0.0))
-    drafted = accepted = 0
     with ModelRuntime(target, opts) as t_rt, ModelRuntime(draft, opts) as d_rt:
         check_compatible(t_rt, d_rt)
-        decoder = SpeculativeDecoder(t_rt, DraftModelDrafter(d_rt), FixedGamma(4))
-        for prompt in prompts:
-            tokens = t_rt.tokenize(prompt, add_special=True, parse_special=False)
-            for rnd in decoder.generate(tokens, config):
-                drafted += rnd.n_drafted
-                accepted += rnd.n_accepted
-    return accepted / drafted if drafted else 0.0
+        tokens = [t_rt.tokenize(p, add_special=True, parse_special=False) for p in prompts]
+        return greedy_acceptance(t_rt, d_rt, tokens, n_tokens, gamma=4)
 
 
 def quantizer_main(argv: Sequence[str]) -> int:

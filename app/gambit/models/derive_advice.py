@@ -36,9 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gambit.engine.controller import DEFAULT_GAMMA_MAX
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import KernelProbe
+from gambit.engine.policy import DEFAULT_GAMMA_MAX
 from gambit.formats.gguf_file import check_model_file
 from gambit.formats.gguf_info import quantization_name
 from gambit.models.derive import estimate_output_size, estimate_tensor_bytes

@@ -20,8 +20,7 @@ import jinja2
 import numpy as np
 
 from gambit.engine.chat import ChatPromptBuilder, Message
-from gambit.engine.controller import GammaController
-from gambit.engine.estimates import CostModel
+from gambit.engine.estimates import CostModel, chain_speedup
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import GambitError
 from gambit.formats.layerskip_file import (
@@ -158,8 +157,7 @@ def expected_speedup(
     costing ``draft_cost_ratio`` target steps, verification as measured."""
     model = costs.copy()
     model.draft_ratio = draft_cost_ratio
-    controller = GammaController(model, gamma_max=gamma_max, prior_alpha=acceptance)
-    speedups = [controller.expected_speedup(g) for g in range(1, gamma_max + 1)]
+    speedups = [chain_speedup(model, acceptance, g) for g in range(1, gamma_max + 1)]
     best = int(np.argmax(speedups))
     return best + 1, float(speedups[best])
 

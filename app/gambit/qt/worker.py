@@ -25,10 +25,10 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from gambit.engine.backend import BackendInfo, detect_backend
 from gambit.engine.busy import LoadMeter
 from gambit.engine.chat import Message
-from gambit.engine.decoder import GenerationConfig, StopReason
 from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
 from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
 from gambit.engine.placement import TargetPlacement, describe_costs
+from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.target_host import WorkerLostError
@@ -149,7 +149,7 @@ class EngineWorker(QObject):
         self._speculation = enabled
         engine = self._engine
         if engine is not None:
-            engine.decoder.speculation_enabled = enabled
+            engine.set_speculation(enabled)
 
     # ---- slots, run on the worker thread
     @Slot(object, object)
@@ -170,7 +170,7 @@ class EngineWorker(QObject):
                 config = make_config(self._default_model())
             assert isinstance(config, EngineConfig)
             engine = Engine(config, self.load_progress.emit)  # (it says what it does)
-            engine.decoder.speculation_enabled = self._speculation
+            engine.set_speculation(self._speculation)
             self._engine = engine
             # A layer-skip draft is the target itself; drafter_detail describes it.
             draft = config.draft if DRAFTERS[config.drafter].file == "chosen" else None
@@ -254,7 +254,7 @@ class EngineWorker(QObject):
             return
         if not self._closing.is_set():
             self._cancel.clear()
-        speculated = engine.decoder.speculation_enabled and engine.drafter is not None
+        speculated = engine.speculating
         next_snapshot = 0.0
         load = LoadMeter()  # were other programs busy while the reply was timed?
         try:
@@ -360,10 +360,10 @@ class EngineWorker(QObject):
         engine: Engine, tracker: MetricsTracker, busy: str | None = None
     ) -> MetricsSnapshot:
         c = engine.controller
-        gamma = c.decision.gamma if engine.decoder.speculation_enabled and engine.drafter else 0
+        gamma = c.decision.gamma if engine.speculating else 0
         if engine.drafter is None:
             reason = "off: no drafter chosen (Settings → Speculation → Drafter)"
-        elif not engine.decoder.speculation_enabled:
+        elif not engine.speculating:
             reason = "off: speculation is switched off (the Speculation button)"
         else:
             reason = c.decision.reason

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gambit.engine.chat import Message
-from gambit.engine.decoder import GenerationConfig, StopReason
 from gambit.engine.metrics import MetricsTracker
+from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.session import Engine
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.errors import ContextOverflowError, GambitError

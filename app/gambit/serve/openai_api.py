@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from gambit.engine.chat import Message
-from gambit.engine.decoder import GenerationConfig
+from gambit.engine.reply import GenerationConfig
 from gambit.engine.sampling import SamplingParams
 from gambit.serve.jobs import EngineHost, Job, Outcome
 from gambit.serve.prometheus import ServeMetrics

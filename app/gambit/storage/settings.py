@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gambit.engine import rpc
-from gambit.engine.controller import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX
-from gambit.engine.decoder import GenerationConfig
 from gambit.engine.drafters.registry import DRAFTERS, TREE_DRAFTERS, DrafterKind, FileSource
 from gambit.engine.limits import THREADS_MAX, threads_problem, workers_problem
+from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX
+from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import (
