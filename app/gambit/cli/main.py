@@ -313,7 +313,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if tracker.stats.n_drafted:
             engine.remeasure_baseline()  # plain decoding on this reply's context
         busy = reading.describe() if reading.busy else None
-        snap = tracker.snapshot(engine.controller.baseline_tokens_per_s, busy=busy)
+        snap = tracker.snapshot(engine.baseline_tokens_per_s, busy=busy)
         print(_stats_line(engine, snap, stop.value if stop else "?"), file=sys.stderr)
     return signals.exit_code if cancel.is_set() else 0
 
@@ -323,7 +323,7 @@ def _stats_line(engine: Engine, s: MetricsSnapshot, stop: str) -> str:
         s,
         drafter=engine.drafter.name if engine.drafter else None,
         detail=engine.drafter_detail,
-        reason=engine.controller.decision.reason,
+        reason=engine.decision.reason,
         stop=stop,
     )
 

@@ -62,7 +62,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from gambit.engine.estimates import ACCEPT_WEIGHT, AcceptanceModel, CostModel
-from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, SWITCH_ON_ABOVE, PolicyMode
+from gambit.engine.policy import (
+    DEFAULT_GAMMA,
+    DEFAULT_GAMMA_MAX,
+    SWITCH_ON_ABOVE,
+    Decision,
+    PolicyMode,
+)
 from gambit.engine.reply import Round, StopReason
 
 
@@ -70,15 +76,6 @@ from gambit.engine.reply import Round, StopReason
 class _HintState:
     acceptance: AcceptanceModel
     on: bool = True
-
-
-@dataclass(frozen=True)
-class Decision:
-    gamma: int
-    expected_speedup: float  # of the chosen γ against plain decoding (1.0 when off)
-    best_speedup: float  # of the best γ > 0, whether chosen or not
-    reason: str
-    side: int = 0  # tree side nodes next to the main chain (0: a chain)
 
 
 class GammaController:

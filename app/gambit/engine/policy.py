@@ -31,6 +31,15 @@ DEFAULT_GAMMA_MAX = 16  # the adaptive policy's ceiling and fixed γ's limit
 SWITCH_ON_ABOVE = 1.05
 
 
+@dataclass(frozen=True)
+class Decision:
+    gamma: int
+    expected_speedup: float  # of the chosen γ against plain decoding (1.0 when off)
+    best_speedup: float  # of the best γ > 0, whether chosen or not
+    reason: str
+    side: int = 0  # tree side nodes next to the main chain (0: a chain)
+
+
 class GammaPolicy(Protocol):
     """Chooses the draft length of each round; 0 means plain decoding."""
 

@@ -32,7 +32,7 @@ from gambit.engine.drafters.registry import (
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe, implied_kernels
 from gambit.engine.placement import TargetPlacement
-from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, FixedGamma, PolicyMode
+from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, Decision, FixedGamma, PolicyMode
 from gambit.engine.reply import GenerationConfig, Round, StopReason
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
 from gambit.engine.sampling import SamplingParams
@@ -363,6 +363,17 @@ class Engine:
         thread: a bool the engine's thread reads once per round). Off, rounds
         decode plainly and the controller keeps what it has learned."""
         self.decoder.speculation_enabled = enabled
+
+    @property
+    def decision(self) -> Decision:
+        """What the policy decided for the coming round, and why (the
+        statistics' γ and their "controller:" sentence)."""
+        return self.controller.decision
+
+    @property
+    def baseline_tokens_per_s(self) -> float:
+        """Plain decoding's rate as last measured here (what speedups compare with)."""
+        return self.controller.baseline_tokens_per_s
 
     @property
     def speculating(self) -> bool:

@@ -186,7 +186,7 @@ class EngineWorker(QObject):
                 kernels=engine.target_kernels.describe(),
                 drafter_refused=refused,
                 placement=engine.placement,
-                target_costs=describe_costs(engine.controller.costs),
+                target_costs=describe_costs(engine.costs),  # (as measured at this load)
             )
             self.loaded.emit(info)
         except GambitError as exc:
@@ -359,17 +359,18 @@ class EngineWorker(QObject):
     def _snapshot(
         engine: Engine, tracker: MetricsTracker, busy: str | None = None
     ) -> MetricsSnapshot:
-        c = engine.controller
-        gamma = c.decision.gamma if engine.speculating else 0
+        decision = engine.decision
+        gamma = decision.gamma if engine.speculating else 0
         if engine.drafter is None:
             reason = "off: no drafter chosen (Settings → Speculation → Drafter)"
         elif not engine.speculating:
             reason = "off: speculation is switched off (the Speculation button)"
         else:
-            reason = c.decision.reason
-        side = c.decision.side if gamma else 0
+            reason = decision.reason
+        side = decision.side if gamma else 0
+        baseline = engine.baseline_tokens_per_s
         return tracker.snapshot(
-            c.baseline_tokens_per_s, gamma, reason, tree=engine.tree, side_nodes=side, busy=busy
+            baseline, gamma, reason, tree=engine.tree, side_nodes=side, busy=busy
         )
 
     def _partial(

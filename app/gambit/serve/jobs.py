@@ -156,7 +156,7 @@ def _generate(engine: Engine, job: Job) -> Outcome:
     stats = tracker.stats
     if stats.n_drafted and not job.cancel.is_set():
         engine.remeasure_baseline()  # the reply compared with plain decoding on its context
-    snapshot = tracker.snapshot(engine.controller.baseline_tokens_per_s)
+    snapshot = tracker.snapshot(engine.baseline_tokens_per_s)
     if job.on_snapshot is not None:
         job.on_snapshot(snapshot)
     figures = ServedFigures(
