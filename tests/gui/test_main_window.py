@@ -141,14 +141,14 @@ def test_speculation_toggle_takes_effect_mid_conversation(qtbot: QtBot, window: 
     window.speculation_action.trigger()  # off
     assert not window.settings.speculation
     assert window.worker._engine is not None
-    assert not window.worker._engine.decoder.speculation_enabled
+    assert not window.worker._engine.speculating
     send(qtbot, window, prompt)
     wait_reply(qtbot, window)
     second = window.store.messages(window.conversation_id or -1)[-1].stats or {}
     assert second["drafted_tokens"] == 0
     assert first["speculation"] and not second["speculation"]
     window.speculation_action.trigger()  # back on, same conversation
-    assert window.worker._engine.decoder.speculation_enabled
+    assert window.worker._engine.speculating
 
 
 def test_stop_keeps_the_partial_reply(qtbot: QtBot, paths: tuple[Path, Path], settings: Settings

@@ -45,7 +45,7 @@ def _engine(target: Path, draft: Path, *, speculate: bool, **target_options: obj
         gamma=4,
     )
     engine = Engine(config)
-    engine.decoder.speculation_enabled = speculate
+    engine.set_speculation(speculate)
     return engine
 
 
