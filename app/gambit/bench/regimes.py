@@ -63,7 +63,6 @@ from gambit.bench.runner import TARGET_ONLY, BenchPrompt, ModeTotals, load_promp
 from gambit.bench.targets import TargetSpec, derive_targets, parse_targets
 from gambit.engine.backend import detect_backend
 from gambit.engine.calibration import calibrate
-from gambit.engine.controller import GammaController
 from gambit.engine.drafters.registry import DRAFTING, TREE_DRAFTERS, DrafterKind, spec
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import cpu_id
@@ -72,7 +71,7 @@ from gambit.engine.policy import DEFAULT_GAMMA_MAX
 from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
-from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.session import Engine, EngineConfig, GammaController
 from gambit.errors import GambitError
 from gambit.models.drafter_files import resolve_drafter_file
 from gambit.storage.paths import cache_dir

@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from gambit.engine.chat import Message
-from gambit.engine.controller import GammaController
 from gambit.engine.metrics import NO_FIGURE, GenerationStats, speedup
 from gambit.engine.placement import TargetPlacement, WorkerShare, cost_curve
 from gambit.engine.policy import PolicyMode
 from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.sampling import SamplingParams
-from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.session import Engine, EngineConfig, GammaController
 from gambit.errors import GambitError, OperationCancelledError
 
 TARGET_ONLY = "target-only"

@@ -18,7 +18,10 @@ import numpy as np
 
 from gambit.engine.calibration import CostStore, calibrate
 from gambit.engine.chat import ChatPrompt, ChatPromptBuilder, Message
-from gambit.engine.controller import GammaController
+
+# Public through this module: the policies Engine.new_controller makes, which
+# callers hold (one per mode in the bench) and hand back to use_controller.
+from gambit.engine.controller import GammaController as GammaController
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.devices import gpu_devices
 from gambit.engine.drafters.base import ChoosingDrafter, Drafter
