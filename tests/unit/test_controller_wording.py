@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from gambit.engine import controller_wording as wording
 from gambit.engine.controller import GammaController
 from gambit.engine.estimates import CostModel
 from gambit.engine.policy import PolicyMode
@@ -138,3 +139,34 @@ def test_fixed_and_off_policies_say_so() -> None:
     ctrl = controller(0.35, mode="off")
     assert ctrl.next_gamma() == 0
     assert ctrl.decision.reason == "off: switched off in Settings (policy: off)"
+
+
+# The sentences alone (gambit.engine.controller_wording), without a policy.
+
+
+@pytest.mark.parametrize(
+    ("speedup", "text"), [(1.02, "2 %"), (1.049, "4.9 %"), (0.62, "38 %"), (1.0, "0 %")]
+)
+def test_percent_reads_whole_or_one_decimal(speedup: float, text: str) -> None:
+    assert wording.percent(speedup) == text
+
+
+def test_off_and_probe_sentences_name_the_margin_to_switch_on() -> None:
+    assert wording.off_reason(0.9, 1.05, 1.0) == (
+        "off: a draft would lose 10 % (expected 0.90x); on once it would gain more than 5 %"
+    )
+    assert wording.off_reason(1.03, 1.05, 1.0) == (
+        "off: a draft would gain 3 %, below the 5 % needed to switch on"
+    )
+    assert wording.probe_reason(6, 1.05) == (
+        "probing: trying γ=6 to re-measure acceptance (on if a draft would gain more than 5 %)"
+    )
+
+
+def test_cannot_pay_names_the_batch_and_draft_costs() -> None:
+    c = costs(t2_ratio=1.9, draft_ratio=0.4)
+    assert wording.cannot_pay_reason(0.8, 1, c, 1.0, 2048) == (
+        "off: cannot pay here: even if every draft were accepted, γ=1 would reach only 0.80x "
+        "(verifying 2 tokens costs 1.90 plain steps and each draft step 0.40); measured again "
+        "every 2,048 tokens"
+    )

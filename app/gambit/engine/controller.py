@@ -61,6 +61,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gambit.engine import controller_wording as wording
 from gambit.engine.estimates import ACCEPT_WEIGHT, AcceptanceModel, CostModel
 from gambit.engine.policy import (
     DEFAULT_GAMMA,
@@ -276,33 +277,38 @@ class GammaController:
         return self.decision.side if self.decision.gamma else 0
 
     def next_gamma(self, hint: int = 0) -> int:
-        state = self._state(hint)
         self._hint = hint
-        self.decision = self._decide()
+        self.decision = self._round_decision(self._state(hint))
+        if self.decision.probing:
+            self._probing = True  # (observe() judges the probe's outcome)
+        return self.decision.gamma
+
+    def _round_decision(self, state: _HintState) -> Decision:
+        """This round's decision: the policy's, or a probe, or sitting out."""
+        decided = self._decide()
         if self.mode == "adaptive" and self._sit_out is not None:
-            self.decision = Decision(0, 1.0, self.decision.best_speedup, self._sit_out)
-            return 0
+            return Decision(0, 1.0, decided.best_speedup, self._sit_out)
         # A hint never drafted for is probed (below), on or off: its acceptance
         # is only the prior, and a probe's long draft measures more of it.
         untried = not state.acceptance.seen.any()
         if self.mode != "adaptive" or (self.on and not untried):
-            return self.decision.gamma
+            return decided
         cannot_pay = self.ceiling_speedup() <= self.PROBE_CEILING
         if (untried and not cannot_pay) or self._probe_due(self._behind):
-            self._probing = True
             probe = self.probe_gamma
-            d = self.decision
-            self.decision = Decision(
-                probe, d.expected_speedup, d.best_speedup,
-                self._probe_reason(probe),
-            )  # fmt: skip
-            return probe
+            reason = wording.probe_reason(probe, self.ON_ABOVE)
+            return Decision(
+                probe, decided.expected_speedup, decided.best_speedup, reason, probing=True
+            )
         if cannot_pay:
             # Even drafts that are always accepted would not pay on this
             # hardware (verification batches or the drafter cost too much).
-            g = self.decision
-            self.decision = Decision(0, 1.0, g.best_speedup, self._cannot_pay_reason())
-        return 0
+            reason = wording.cannot_pay_reason(
+                self.ceiling_speedup(), self.probe_gamma, self.costs, self.OFF_BELOW,
+                self.PROBE_MAX,
+            )  # fmt: skip
+            return Decision(0, 1.0, decided.best_speedup, reason)
+        return decided  # off (γ 0), as decided
 
     def observe(self, rnd: Round) -> None:
         if rnd.tokens:
@@ -453,66 +459,15 @@ class GammaController:
         return int(g) + 1, int(w), float(speedups[g, w])
 
     def _decide(self) -> Decision:
+        """The policy's decision from what it knows now (no probing)."""
         gamma, side, best = self._best()
         if self.mode == "off":
             return Decision(0, 1.0, best, "off: switched off in Settings (policy: off)")
         if self.mode == "fixed":
             g, w = self.fixed_gamma, self.fixed_side if self.fixed_gamma else 0
             s = self.expected_speedup(g, w)
-            shape = f"γ={g}" + (f" + {w} side" if w else "")
-            slower = ", slower than plain decoding" if s < self.OFF_BELOW else ""
-            reason = f"fixed {shape}: expected {s:.2f}x{slower}"
-            return Decision(g, s, best, reason, side=w)
+            return Decision(g, s, best, wording.fixed_reason(g, w, s, self.OFF_BELOW), side=w)
         if self.on:
-            return Decision(gamma, best, best, self._on_reason(gamma, side, best), side=side)
-        return Decision(0, 1.0, best, self._off_reason(best))
-
-    # -- wording: the decision in words a user follows (the panel, the CLI)
-    @staticmethod
-    def _percent(speedup: float) -> str:
-        """How far ``speedup`` is from 1, in per cent: "2 %", "4.9 %", "38 %"."""
-        p = abs(speedup - 1.0) * 100
-        return f"{p:.0f} %" if p >= 10 or round(p, 1) == round(p) else f"{p:.1f} %"
-
-    def _on_reason(self, gamma: int, side: int, best: float) -> str:
-        shape = f"γ={gamma}" + (f" with {side} side nodes" if side else "")
-        return (
-            f"on: drafting {shape}, expected {best:.2f}x; "
-            f"off if that falls below {self.OFF_BELOW:.2f}x"
-        )
-
-    def _off_reason(self, best: float) -> str:
-        need = self._percent(self.ON_ABOVE)
-        if best < self.OFF_BELOW:
-            return (
-                f"off: a draft would lose {self._percent(best)} (expected {best:.2f}x); "
-                f"on once it would gain more than {need}"
-            )
-        gain = f"off: a draft would gain {self._percent(best)}"
-        if best <= self.ON_ABOVE:
-            return f"{gain}, below the {need} needed to switch on"
-        return f"{gain}, more than the {need} needed: switching on"
-
-    def _probe_reason(self, gamma: int) -> str:
-        need = self._percent(self.ON_ABOVE)
-        return (
-            f"probing: trying γ={gamma} to re-measure acceptance "
-            f"(on if a draft would gain more than {need})"
-        )
-
-    def _cannot_pay_reason(self) -> str:
-        """Why even drafts that always land would (hardly) pay: the batch and
-        draft costs, and when they are measured again."""
-        ceiling, g, c = self.ceiling_speedup(), self.probe_gamma, self.costs
-        batch = c.verify_cost(g + 1) / c.verify_cost(1)
-        why = f"verifying {g + 1} tokens costs {batch:.2f} plain steps"
-        if c.draft_ratio > 0:
-            why += f" and each draft step {c.draft_ratio:.2f}"
-        if ceiling < self.OFF_BELOW:
-            head, best = "cannot pay here", f"would reach only {ceiling:.2f}x"
-        else:
-            head, best = "little to gain here", f"would gain only {self._percent(ceiling)}"
-        return (
-            f"off: {head}: even if every draft were accepted, γ={g} {best} ({why}); "
-            f"measured again every {self.PROBE_MAX:,} tokens"
-        )
+            reason = wording.on_reason(gamma, side, best, self.OFF_BELOW)
+            return Decision(gamma, best, best, reason, side=side)
+        return Decision(0, 1.0, best, wording.off_reason(best, self.ON_ABOVE, self.OFF_BELOW))

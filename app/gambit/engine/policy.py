@@ -38,6 +38,7 @@ class Decision:
     best_speedup: float  # of the best γ > 0, whether chosen or not
     reason: str
     side: int = 0  # tree side nodes next to the main chain (0: a chain)
+    probing: bool = False  # drafting to measure acceptance again, not because it pays
 
 
 class GammaPolicy(Protocol):
