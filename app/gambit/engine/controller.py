@@ -320,7 +320,9 @@ class GammaController:
             # Side nodes cost the drafter nothing extra: it decodes its main chain only.
             n_chain = rnd.n_drafted - rnd.n_side
             if not free:
-                self._observe_drafting(rnd, n_chain)
+                self.costs.observe_drafting(
+                    n_chain, rnd.t_draft_s, rnd.n_draft_synced, rnd.t_draft_synced_s
+                )
             self.acceptance.observe(rnd.chain_outcomes)
             if rnd.n_side:
                 gain = rnd.side_gain / rnd.n_side
@@ -350,32 +352,6 @@ class GammaController:
         off for 98 % of the rounds after two early rejections."""
         optimistic = self._speedups(self.acceptance.optimistic())
         return float(optimistic.max()) < self.OFF_BELOW
-
-    def _observe_drafting(self, rnd: Round, n_chain: int) -> None:
-        """The draft step's cost, and a long catch-up's, from a round's timing.
-
-        A draft model's round starts with a catch-up: one token after a
-        rejection, two after a fully accepted round (the last draft and the
-        bonus token, a batch costing ~1.6 steps here), many after plain rounds.
-        Where the drafter timed it apart, a step is what follows it, and what
-        the catch-up costs beyond the one step it stands for is priced per
-        round (``CostModel.draft_extra_ratio``). Counted into the steps, it
-        made short drafts look ~30 % dearer per token than long ones; left
-        out, drafting looked cheaper than it is where it barely loses (Q8_0).
-        """
-        sync_s = rnd.t_draft_synced_s
-        if rnd.n_draft_synced > 2:
-            # A long catch-up (after plain rounds) is not the per-token cost
-            # of drafting in steady speculation: it is priced apart.
-            drafting = rnd.t_draft_s - sync_s if sync_s > 0 else n_chain * self.costs.t_draft
-            self.costs.observe_catch_up(rnd.n_draft_synced, rnd.t_draft_s - drafting)
-        elif sync_s <= 0:
-            self.costs.observe_draft(n_chain, rnd.t_draft_s)
-        else:
-            if n_chain > 1:
-                self.costs.observe_draft(n_chain - 1, rnd.t_draft_s - sync_s)
-            if self.costs.t_draft > 0:
-                self.costs.observe_draft_extra(max(0.0, sync_s - self.costs.t_draft))
 
     def choose(self, hints: Sequence[int]) -> int:
         """The option (a hint per source, the drafter's preferred first) whose
