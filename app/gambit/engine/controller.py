@@ -293,7 +293,8 @@ class GammaController:
         untried = not state.acceptance.seen.any()
         if self.mode != "adaptive" or (self.on and not untried):
             return decided
-        cannot_pay = self.ceiling_speedup() <= self.PROBE_CEILING
+        ceiling = self.ceiling_speedup()
+        cannot_pay = ceiling <= self.PROBE_CEILING
         if (untried and not cannot_pay) or self._probe_due(self._behind):
             probe = self.probe_gamma
             reason = wording.probe_reason(probe, self.ON_ABOVE)
@@ -304,9 +305,8 @@ class GammaController:
             # Even drafts that are always accepted would not pay on this
             # hardware (verification batches or the drafter cost too much).
             reason = wording.cannot_pay_reason(
-                self.ceiling_speedup(), self.probe_gamma, self.costs, self.OFF_BELOW,
-                self.PROBE_MAX,
-            )  # fmt: skip
+                ceiling, self.probe_gamma, self.costs, self.OFF_BELOW, self.PROBE_MAX
+            )
             return Decision(0, 1.0, decided.best_speedup, reason)
         return decided  # off (γ 0), as decided
 

@@ -50,25 +50,9 @@ def _whole_number(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
 
 
-def threads_arg(text: str) -> int:
-    """``--threads``: ``threads_problem``'s rule."""
-    n = _whole_number(text)
-    problem = threads_problem(n)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return n
-
-
-def non_negative_int_arg(text: str) -> int:
-    """A count where 0 means all or none (``--worker-layers``)."""
-    n = _whole_number(text)
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number of 0 or more, not {n}")
-    return n
-
-
 def positive_int_arg(text: str) -> int:
-    """A count that must be 1 or more (``--max-tokens``, ``--max-evals``)."""
+    """A count that must be 1 or more (``--max-evals``, ``--last``); the flags that
+    are settings take their rule from the declaration (``gambit.cli.setting_flags``)."""
     n = _whole_number(text)
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, not {n}")
