@@ -21,7 +21,9 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPlainTextEdit,
+    QPushButton,
     QRadioButton,
     QSpinBox,
     QTabWidget,
@@ -91,6 +93,7 @@ def _non_default(tmp_path: Path) -> Settings:
         highlight_drafted=False,
         show_stats=False,
         even_streaming=False,
+        lookup_memory=False,
         server_host="0.0.0.0",
         server_port=8123,
         server_api_key="s3cret",
@@ -406,6 +409,43 @@ def test_tree_controls_follow_the_drafter(make_dialog: MakeDialog, qtbot: QtBot)
     assert not tree.isEnabled() and not nodes.isEnabled()
     _click(qtbot, _check(dialog, "speculationCheck"))
     assert dialog.settings() == Settings(tree_drafts=True, tree_nodes=6)
+
+
+def test_lookup_memory_follows_the_drafter_and_forgets_on_request(
+    qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    forgotten: list[bool] = []
+    dialog = SettingsDialog(Settings(), None, forget_memory=lambda: forgotten.append(True))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    memory = _check(dialog, "lookupMemoryCheck")
+    forget = dialog.findChild(QPushButton, "forgetMemoryButton")
+    assert isinstance(forget, QPushButton)
+    assert memory.isEnabled() and memory.isChecked()  # prompt lookup copies: on by default
+    for name, copies in [
+        ("drafterDraftRadio", False),
+        ("drafterDraft+lookupRadio", True),
+        ("drafterNoneRadio", False),
+        ("drafterLookupRadio", True),
+    ]:
+        _click(qtbot, _radio(dialog, name))
+        assert memory.isEnabled() == copies, name
+    _click(qtbot, memory)
+    assert dialog.settings() == Settings(lookup_memory=False)
+
+    answers = [QMessageBox.StandardButton.No, QMessageBox.StandardButton.Yes]
+    monkeypatch.setattr(QMessageBox, "question", lambda *args: answers.pop(0))
+    _click(qtbot, forget)
+    assert not forgotten and forget.isEnabled()  # "No": nothing deleted
+    _click(qtbot, forget)
+    assert forgotten == [True]
+    assert not forget.isEnabled() and forget.text() == "Forgotten"
+
+
+def test_forget_is_disabled_without_a_memory_to_forget(make_dialog: MakeDialog) -> None:
+    forget = make_dialog().findChild(QPushButton, "forgetMemoryButton")
+    assert isinstance(forget, QPushButton) and not forget.isEnabled()
 
 
 def test_tree_help_explains_when_trees_win(make_dialog: MakeDialog) -> None:

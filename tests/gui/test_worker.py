@@ -27,6 +27,8 @@ from gambit.engine.session import EngineConfig
 from gambit.formats import layerskip_file
 from gambit.models import layerskip
 from gambit.qt.worker import EngineInfo, EngineRequest, ReplyResult, WorkerThread
+from gambit.storage.conversations import ConversationStore
+from gambit.storage.history_memory import HistoryMemory
 from gambit.storage.settings import Settings
 
 LOAD_TIMEOUT_MS = 120_000
@@ -41,11 +43,15 @@ COPY_PROMPT = [
 ]
 
 
+HAIKU = [Message("user", "Write a haiku about autumn leaves.")]
+
+
 class Requests(QObject):
     """Queued requests to the worker thread, like the main window's."""
 
     load = Signal(object, object)
     generate = Signal(object, object)
+    forget = Signal(object)
 
 
 @pytest.fixture
@@ -75,14 +81,16 @@ def _load(qtbot: QtBot, worker: tuple[WorkerThread, Requests], what: Any) -> Eng
     return info
 
 
-def _reply(qtbot: QtBot, worker: tuple[WorkerThread, Requests]) -> tuple[ReplyResult, list[Any]]:
+def _reply(
+    qtbot: QtBot, worker: tuple[WorkerThread, Requests], messages: list[Message] = COPY_PROMPT
+) -> tuple[ReplyResult, list[Any]]:
     thread, requests = worker
     deltas: list[Any] = []
     outcomes: list[Any] = []
     thread.worker.delta.connect(deltas.append)
     thread.worker.finished.connect(outcomes.append)
     thread.worker.failed.connect(lambda message, _partial: outcomes.append(message))
-    requests.generate.emit(COPY_PROMPT, GREEDY)
+    requests.generate.emit(messages, GREEDY)
     qtbot.waitUntil(lambda: bool(outcomes), timeout=REPLY_TIMEOUT_MS)
     [result] = outcomes
     assert isinstance(result, ReplyResult), result
@@ -297,3 +305,44 @@ def test_a_first_load_says_it_probes_the_kernels_and_times_the_pair(
         "Loading SmolLM2-135M-Instruct.Q8_0.gguf…",
         "Loading the draft SmolLM2-135M-Instruct.Q4_1.gguf…",
     ]
+
+
+def test_lookup_copies_from_earlier_chats_only_while_the_memory_is_on(
+    qtbot: QtBot, worker: tuple[WorkerThread, Requests], smol_q4_1: Path, tmp_path: Path
+) -> None:
+    """A request the user made before: with the memory on, prompt lookup
+    copies the earlier reply from the stored chats (the model's tokenizer,
+    a real SQLite file), and the reply is the same greedy text as without."""
+    thread, _ = worker
+    store = ConversationStore(tmp_path / "conversations.sqlite3")
+    memory_folder = tmp_path / "lookup-memory"
+    try:
+        _load(
+            qtbot, worker, EngineConfig(target=smol_q4_1, drafter="lookup", target_options=OPTIONS)
+        )
+        thread.worker.set_lookup_memory(None)
+        first, _ = _reply(qtbot, worker, HAIKU)
+        assert "earlier chats" not in dict(first.snapshot.accepted_by_drafter)
+        assert not memory_folder.exists()  # off: nothing of the chats is read
+        earlier = store.create()
+        store.add_message(earlier, "user", HAIKU[0].content)
+        store.add_message(earlier, "assistant", first.text)
+
+        thread.worker.set_lookup_memory(HistoryMemory(store.path))
+        again, _ = _reply(qtbot, worker, HAIKU)
+        assert again.text == first.text  # lossless (Q4_1: batch-invariant kernels)
+        by_source = dict(again.snapshot.accepted_by_drafter)
+        assert by_source.get("earlier chats", 0) >= 8, by_source
+        assert list(memory_folder.glob("*.npz"))  # saved beside the conversations
+
+        requests_forget = Requests()
+        requests_forget.forget.connect(thread.worker.forget_lookup_memory)
+        requests_forget.forget.emit(memory_folder)
+        qtbot.waitUntil(lambda: not list(memory_folder.glob("*.npz")), timeout=REPLY_TIMEOUT_MS)
+        thread.worker.set_lookup_memory(None)
+        off, _ = _reply(qtbot, worker, HAIKU)
+        assert off.text == first.text
+        assert "earlier chats" not in dict(off.snapshot.accepted_by_drafter)
+        assert not list(memory_folder.glob("*.npz"))
+    finally:
+        store.close()

@@ -370,3 +370,35 @@ def test_bench_regimes(tmp_path: Path, smol_q4_1: Path) -> None:
     table = (out / "regimes.md").read_text(encoding="utf-8")
     assert "| Q8_0 ×2 (cost-scaled) (" in table and "adapt/held-out best" in table
     assert "[2/2]" in proc.stderr  # progress on stderr while it runs
+
+
+def test_bench_reuse_measures_the_memory_of_earlier_chats(tmp_path: Path, smol_q4_1: Path) -> None:
+    # The bundled suite's first four lines: a sibling request and the same one again among them.
+    bundled = Path(__file__).parents[2] / "resources" / "prompts" / "reuse.jsonl"
+    suite = [json.loads(line) for line in bundled.read_text(encoding="utf-8").splitlines()]
+    again = next(i for i, s in enumerate(suite) if s["earlier"] == [s["prompt"]])
+    proc = gambit(
+        "bench", "--reuse", "--lookup", "--target", smol_q4_1, *FAST, "--max-tokens", "32",
+        "--limit", str(again + 1), "--json", home=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["scenarios"] == again + 1
+    assert report["diverged"] == []  # greedy, Q4_1: the same reply in every mode
+    modes = report["modes"]
+    assert list(modes) == ["target only", "lookup", "lookup + memory"]
+    assert modes["target only"]["accepted"] == 0
+    assert "earlier chats" not in modes["lookup"]["accepted_by_drafter"]
+    # The same request again: its earlier reply is copied from the memory.
+    assert modes["lookup + memory"]["accepted_by_drafter"]["earlier chats"] >= 16
+    assert modes["lookup + memory"]["accepted"] > modes["lookup"]["accepted"]
+    assert report["memory_tokens"] > 0 and 0 < report["memory_bytes"] < 2**20
+    low, high = report["memory_over_lookup"][1:]
+    assert 0 < low <= high
+
+
+def test_bench_reuse_needs_lookup(tmp_path: Path, smol_q4_1: Path) -> None:
+    proc = gambit("bench", "--reuse", "--target", smol_q4_1, *FAST, home=tmp_path)
+    assert proc.returncode == 2
+    assert "--reuse needs prompt lookup" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -23,6 +23,7 @@ from gambit.engine.chat import ChatTemplate, Message
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
+from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.kernels import KernelConfig
 from gambit.engine.policy import FixedGamma
@@ -173,6 +174,33 @@ class TakingTurns(FixedGamma):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("combined", [False, True])
+def test_greedy_lookup_copying_from_earlier_chats_is_token_identical(
+    rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime, combined: bool
+) -> None:
+    # The earlier chats hold these prompts' replies (asked again: a usual
+    # request), and half of each reply more (a reply that went elsewhere).
+    plain = SpeculativeDecoder(rt_q8_0)
+    history = HistoryIndex()
+    replies: dict[str, list[int]] = {}
+    for i, text in enumerate(PROMPTS):
+        replies[text] = _reply(plain, _prompt(rt_q8_0, text), GREEDY)
+        cut = len(replies[text]) // 2
+        history.add(2 * i, replies[text])
+        history.add(
+            2 * i + 1, replies[text][:cut] + rt_q8_0.tokenize(" or not.", add_special=False)
+        )
+    lookup = PromptLookupDrafter(history=history)
+    drafter = CombinedDrafter(DraftModelDrafter(rt_q4_1), lookup) if combined else lookup
+    spec = SpeculativeDecoder(rt_q8_0, drafter, FixedGamma(4))
+    from_history = 0
+    for text in PROMPTS:
+        rounds = list(spec.generate(_prompt(rt_q8_0, text), GREEDY))
+        assert [t for r in rounds for t in r.tokens] == replies[text], text
+        from_history += sum(r.n_accepted for r in rounds if r.drafted_by == "earlier chats")
+    assert from_history > 0
+
+
 @pytest.mark.parametrize("drafter_kind", ["none", "draft", "poor-draft", "lookup", "draft+lookup"])
 def test_temperature_one_matches_target_distribution(
     rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime, drafter_kind: str

@@ -105,6 +105,9 @@ class ScriptedDrafter:
     def hint(self, context: list[int]) -> int | None:
         return self._hint
 
+    def source(self, hint: int) -> str:
+        return self.name
+
     def draft(
         self, context: list[int], n_max: int, sampling: SamplingParams, rng: np.random.Generator
     ) -> Draft:

@@ -9,7 +9,8 @@ these names from here, never a module inside.
   mid-reply (``parts``) and the tables (``regimes_report``);
 - ``measure``, ``measure_history``, ``measure_report``: Measure on my chats,
   replaying the user's own turns, and its recommendation;
-- ``served``: ``--through-server``, the local server's cost per token.
+- ``served``: ``--through-server``, the local server's cost per token;
+- ``reuse``: ``--reuse``, what prompt lookup's memory of earlier chats is worth.
 """
 
 import argparse
@@ -25,6 +26,7 @@ from gambit.bench.measure_report import PAYS_FROM, report_csv
 from gambit.bench.regimes import DEFAULT_TARGETS as REGIME_TARGETS
 from gambit.bench.regimes import DRAFTERS as REGIME_DRAFTERS
 from gambit.bench.regimes import run_regimes_cli
+from gambit.bench.reuse import run_reuse_cli
 from gambit.bench.runner import TARGET_ONLY, run_bench
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import EngineConfig
@@ -54,5 +56,6 @@ __all__ = [
     "run_bench",
     "run_history_cli",
     "run_regimes_cli",
+    "run_reuse_cli",
     "run_served_bench",
 ]

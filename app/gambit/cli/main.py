@@ -18,6 +18,7 @@ from gambit.bench import (
     run_bench,
     run_history_cli,
     run_regimes_cli,
+    run_reuse_cli,
     run_served_bench,
 )
 from gambit.cli.models import add_models_parser, run_models
@@ -155,6 +156,13 @@ def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     regimes.add_argument(
         "--out", type=Path, help="also write regimes.json, regimes.md and regimes.png here"
+    )
+    bench.add_argument(
+        "--reuse",
+        action="store_true",
+        help="what prompt lookup's memory of earlier chats is worth: replays a user's history "
+        "in order (--prompts, default the bundled reuse.jsonl), each new request target-only, "
+        "with lookup alone and with lookup and the memory (needs --lookup)",
     )
     bench.add_argument(
         "--through-server",
@@ -372,15 +380,17 @@ def _run_bench(args: argparse.Namespace) -> int:
             raise GambitError("--regimes runs on this machine only: leave out --rpc")
 
         if args.prompts is None:
-            folder = resources_dir()
-            if folder is None:
-                raise GambitError("the bundled prompt suites are missing: pass --prompts")
-            args.prompts = folder / "prompts" / "all.jsonl"
+            args.prompts = _bundled_prompts("all.jsonl")
         source = args.target or default_model_path(progress=_stderr_progress())
         options = cli_settings(args).target_options()  # (no workers: refused above)
         return run_regimes_cli(args, source, options, _sampling(args))
     if args.from_history:
         return run_history_cli(args, lambda: _engine_config(args))
+    if args.reuse:
+        suite = args.prompts or _bundled_prompts("reuse.jsonl")
+        cancel = threading.Event()
+        with StopSignals(cancel):
+            return run_reuse_cli(args, _engine_config(args, cancel), _sampling(args), suite, cancel)
     if args.prompts is None:
         raise GambitError("bench needs --prompts FILE (or --regimes, or --from-history)")
     if args.through_server:
@@ -391,6 +401,13 @@ def _run_bench(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     with StopSignals(cancel):
         return run_bench(args, _engine_config(args, cancel), _sampling(args), cancel)
+
+
+def _bundled_prompts(name: str) -> Path:
+    folder = resources_dir()
+    if folder is None:
+        raise GambitError("the bundled prompt suites are missing: pass --prompts")
+    return folder / "prompts" / name
 
 
 class _Closing:

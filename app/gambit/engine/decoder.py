@@ -335,7 +335,8 @@ class SpeculativeDecoder:
                 reply.source = choosing.use(hint)
         else:
             hint = drafter.hint(reply.context)
-            reply.source = drafter.name
+            if hint is not None:
+                reply.source = drafter.source(hint)
         if hint is None:  # nothing to propose: a plain round
             return 0, 0
         remaining = max_tokens - reply.n_generated

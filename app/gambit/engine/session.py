@@ -25,7 +25,10 @@ from gambit.engine.controller import GammaController as GammaController
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.devices import gpu_devices
 from gambit.engine.drafters.base import ChoosingDrafter, Drafter
+from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
+from gambit.engine.drafters.history import HistoryIndex
+from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.drafters.registry import (
     TREE_DRAFTERS,
     BuildInput,
@@ -366,6 +369,32 @@ class Engine:
         thread: a bool the engine's thread reads once per round). Off, rounds
         decode plainly and the controller keeps what it has learned."""
         self.decoder.speculation_enabled = enabled
+
+    @property
+    def copies_text(self) -> bool:
+        """Whether the drafter copies text (prompt lookup), so that a memory
+        of earlier conversations (``set_history``) can help it."""
+        return isinstance(self.drafter, PromptLookupDrafter | CombinedDrafter)
+
+    def set_history(self, history: HistoryIndex | None) -> None:
+        """Let prompt lookup copy from ``history`` too, from the next round
+        (None: from the current conversation only)."""
+        if isinstance(self.drafter, PromptLookupDrafter | CombinedDrafter):
+            self.drafter.set_history(history)
+
+    @property
+    def tokenizer_fingerprint(self) -> str:
+        """Equal for targets that turn text into the same tokens: the GGUF's
+        tokenizer digest, or the vocabulary's size and a sample's tokens."""
+        if self.target.tokenizer_digest:
+            return self.target.tokenizer_digest
+        sample = self.tokenize_text("Gambit: 0123 ÄÖÜ — def f(x):\n\treturn x")
+        return f"v{self.target.n_vocab}-" + "-".join(map(str, sample))[:200]
+
+    def tokenize_text(self, text: str) -> list[int]:
+        """``text`` as the target's tokens, as it occurs inside a message (no BOS;
+        special tokens' names as plain text)."""
+        return self.target.tokenize(text, add_special=False, parse_special=False)
 
     @property
     def decision(self) -> Decision:

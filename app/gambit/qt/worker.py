@@ -37,6 +37,8 @@ from gambit.fsutil import Progress
 from gambit.models.default_model import default_model_path, describe_progress
 from gambit.models.drafter_files import DERIVATIONS, resolve_drafter_file
 from gambit.serve.jobs import Job, Outcome, run_job
+from gambit.storage.history_memory import HistoryMemory, Tokenizer
+from gambit.storage.history_memory import forget as forget_lookup_memory
 
 if TYPE_CHECKING:
     from gambit.bench import MeasureRequest  # (imported when a measurement starts)
@@ -133,6 +135,8 @@ class EngineWorker(QObject):
         self._cancel = threading.Event()
         self._closing = threading.Event()  # set once by WorkerThread.stop: give up any load
         self._speculation = True
+        # The memory of stored conversations prompt lookup copies from (None: off)
+        self._memory: HistoryMemory | None = None
 
     # ---- called from the UI thread (thread-safe by construction)
     def cancel(self) -> None:
@@ -151,7 +155,26 @@ class EngineWorker(QObject):
         if engine is not None:
             engine.set_speculation(enabled)
 
+    def set_lookup_memory(self, memory: HistoryMemory | None) -> None:
+        """The memory prompt lookup copies from, from the next reply (None:
+        the current conversation only, and nothing else of the history is read)."""
+        self._memory = memory
+
     # ---- slots, run on the worker thread
+    @Slot(object)
+    def forget_lookup_memory(self, folder: Path) -> None:
+        """Delete the memory saved in ``folder``, and drop it from memory if it
+        is the one in use (here, so that no reply is saving it meanwhile)."""
+        try:
+            if self._memory is not None and self._memory.folder == folder:
+                if self._engine is not None:
+                    self._engine.set_history(None)
+                self._memory.forget()  # (rebuilt before the next reply while the setting is on)
+            else:
+                forget_lookup_memory(folder)
+        except OSError as exc:
+            log.warning("could not delete the lookup memory: %s", exc)
+
     @Slot(object, object)
     def load(self, config: EngineConfig | EngineRequest | None, make_config: object) -> None:
         """Load ``config``: an ``EngineConfig`` as it is, an ``EngineRequest`` once its
@@ -255,6 +278,7 @@ class EngineWorker(QObject):
         if not self._closing.is_set():
             self._cancel.clear()
         speculated = engine.speculating
+        self._recall(engine)
         next_snapshot = 0.0
         load = LoadMeter()  # were other programs busy while the reply was timed?
         try:
@@ -307,6 +331,7 @@ class EngineWorker(QObject):
             job.on_done(Outcome(error="No model is loaded.", status=503))
             return
         job.on_snapshot = self.served.emit
+        self._recall(self._engine)
         run_job(self._engine, job)
 
     @Slot(object)
@@ -350,6 +375,23 @@ class EngineWorker(QObject):
         self._close_engine()
 
     # ---- helpers
+    def _recall(self, engine: Engine) -> None:
+        """Bring the lookup memory in step with the stored conversations and
+        hand it to the engine (only when the setting is on and the drafter
+        copies text; a failure costs the memory, never the reply)."""
+        memory = self._memory
+        if memory is None or not engine.copies_text:
+            engine.set_history(None)
+            return
+        try:
+            tokenizer = Tokenizer(
+                engine.tokenizer_fingerprint, engine.target.n_vocab, engine.tokenize_text
+            )
+            engine.set_history(memory.index(tokenizer))
+        except Exception:
+            log.exception("the lookup memory could not be used")
+            engine.set_history(None)
+
     def _close_engine(self) -> None:
         if self._engine is not None:
             self._engine.close()

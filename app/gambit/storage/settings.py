@@ -65,6 +65,10 @@ EXACT_KERNELS_HELP = (
 DEFAULT_HOST = "127.0.0.1"  # this machine only, unless the user names another
 DEFAULT_PORT = 8000
 EVEN_STREAMING_HELP = "Spreads each burst of accepted tokens over a round's time."
+LOOKUP_MEMORY_HELP = (  # (gambit.storage.history_memory)
+    "Prompt lookup also copies from your earlier conversations: code you pasted, your usual"
+    " formats. Its index stays in your data folder; off, they are not read."
+)
 _INT_MAX = 2**31 - 1  # a spin box's top
 # The engine's records hold the defaults of what reaches them (the engine
 # cannot import this module); the settings below take them from there.
@@ -299,6 +303,7 @@ class Settings:
         flag_help="with --rpc, how many of the target's layers the workers hold, split by "
         "their free memory, the rest running here; 0: all",
     )
+    lookup_memory: bool = declare(True, "Copy from earlier chats", help=LOOKUP_MEMORY_HELP)
     # Display
     highlight_drafted: bool = declare(
         True,
@@ -491,11 +496,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 
 
 def _file_problems(label: str, path: Path) -> list[str]:
-    if not path.exists():
-        return [f"{label} file not found: {path}"]
-    if not path.is_file():
-        return [f"{label} is not a file: {path}"]
-    return []
+    problem = "is not a file" if path.exists() else "file not found"
+    return [] if path.is_file() else [f"{label} {problem}: {path}"]
 
 
 # -------------------------------------------------------------------- the file

@@ -17,6 +17,7 @@ from gambit.models.settings_check import model_file_problems
 from gambit.qt.worker import EngineInfo, EngineRequest, ReplyDelta, ReplyResult, WorkerThread
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history import prompt_messages
+from gambit.storage.history_memory import HistoryMemory, memory_folder
 from gambit.storage.settings import MODEL_FIELDS, RELOADS, Settings, SettingsStore
 from gambit.ui.chat_view import ChatMessage, reply_footer
 from gambit.ui.menus import MenuBar
@@ -41,6 +42,7 @@ AUTOSAVE_MS = 1000
 class MainWindow(WindowPanes):
     request_load = Signal(object, object)  # EngineRequest (or EngineConfig), None
     request_generate = Signal(object, object)  # list[Message], GenerationConfig
+    request_forget_memory = Signal(object)  # folder, to EngineWorker.forget_lookup_memory
 
     def __init__(
         self,
@@ -70,6 +72,7 @@ class MainWindow(WindowPanes):
         self._closing = False
         self._build()
         self._connect()
+        self._use_lookup_memory(self.settings.lookup_memory)
         self.latency = LatencyProbe(self)
         self._refresh_list()
         if self.list.count():
@@ -126,6 +129,7 @@ class MainWindow(WindowPanes):
         w = self.worker
         self.request_load.connect(w.load)
         self.request_generate.connect(w.generate)
+        self.request_forget_memory.connect(w.forget_lookup_memory)
         w.load_progress.connect(self._on_load_progress)
         w.loaded.connect(self._on_loaded)
         w.load_failed.connect(self._on_load_failed)
@@ -481,10 +485,23 @@ class MainWindow(WindowPanes):
         self.settings_store.save(self.settings)
         self._update_speculation_label()
 
+    def _use_lookup_memory(self, on: bool) -> None:
+        """Let prompt lookup copy from the stored conversations (from the next reply)."""
+        self.worker.set_lookup_memory(HistoryMemory(self.store.path) if on else None)
+
+    @Slot()
+    def forget_lookup_memory(self) -> None:
+        """Delete what prompt lookup remembers of the conversations (on the
+        engine's thread, after the reply it may be writing)."""
+        self.request_forget_memory.emit(memory_folder(self.store.path))
+        self.statusBar().showMessage("Prompt lookup's memory of your chats is deleted.", 5000)
+
     @Slot()
     def open_settings(self) -> None:
         gpu = bool(self.engine_info and self.engine_info.backend.gpu_offload)
-        dialog = SettingsDialog(self.settings, self, gpu_offload=gpu)
+        dialog = SettingsDialog(
+            self.settings, self, gpu_offload=gpu, forget_memory=self.forget_lookup_memory
+        )
         if dialog.exec() != SettingsDialog.DialogCode.Accepted:
             return
         self.apply_settings(dialog.settings())
@@ -512,6 +529,8 @@ class MainWindow(WindowPanes):
         self.chat.set_highlight(new.highlight_drafted)
         self.chat.set_pacing(new.even_streaming)
         self.stats.setVisible(new.show_stats)
+        if new.lookup_memory != old.lookup_memory:
+            self._use_lookup_memory(new.lookup_memory)
         # (RELOADS: the settings declared reloads=True in storage/settings.py)
         if any(getattr(old, f) != getattr(new, f) for f in RELOADS):
             if self.generating:  # the reply runs on the models it started with

@@ -8,6 +8,7 @@ them without losing what they typed. The pages are built in ``settings_pages``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Slot
@@ -20,6 +21,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPlainTextEdit,
     QRadioButton,
     QSpinBox,
@@ -28,7 +30,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gambit.engine.drafters.registry import DRAFTERS, TREE_DRAFTERS, DrafterKind
+from gambit.engine.drafters.registry import (
+    COPYING_DRAFTERS,
+    DRAFTERS,
+    TREE_DRAFTERS,
+    DrafterKind,
+)
 from gambit.formats.mtp import MtpAvailability, mtp_availability, without_heads
 from gambit.models.default_model import DEFAULT_MODEL_FILE, DEFAULT_MODEL_NAME, bundled_model_path
 from gambit.models.settings_check import model_file_problems
@@ -65,11 +72,18 @@ class SettingsDialog(SettingsPages):
     """Edit a :class:`Settings`; :meth:`settings` returns the edited values."""
 
     def __init__(
-        self, settings: Settings, parent: QWidget | None = None, gpu_offload: bool = False
+        self,
+        settings: Settings,
+        parent: QWidget | None = None,
+        gpu_offload: bool = False,
+        forget_memory: Callable[[], None] | None = None,
     ) -> None:
+        """``forget_memory`` deletes prompt lookup's memory of the chats (its
+        button is disabled without it)."""
         super().__init__(parent)
         self._base = settings
         self._gpu_offload = gpu_offload
+        self._forget_memory = forget_memory
         self._errors: list[str] = []
         self.setObjectName("settingsDialog")
         self.setWindowTitle("Settings")
@@ -86,6 +100,7 @@ class SettingsDialog(SettingsPages):
         self.workers_page = WorkersPage()
         self.tabs.addTab(PageScroll(self.workers_page), "Workers")
         self.tabs.addTab(PageScroll(self._server_page()), "Server")
+        self.forget_memory_button.setEnabled(forget_memory is not None)
 
         self.error_label = QLabel()
         self.error_label.setObjectName("errorLabel")
@@ -212,6 +227,7 @@ class SettingsDialog(SettingsPages):
             "highlight_drafted": self.highlight_drafted_check,
             "show_stats": self.show_stats_check,
             "even_streaming": self.even_streaming_check,
+            "lookup_memory": self.lookup_memory_check,
             "temperature": self.temperature_spin,
             "top_k": self.top_k_spin,
             "top_p": self.top_p_spin,
@@ -280,6 +296,22 @@ class SettingsDialog(SettingsPages):
         self._load(Settings())
         self._show_errors([])
 
+    def _forget(self) -> None:
+        """Delete the memory now (asked again first: it cannot be undone)."""
+        if self._forget_memory is None:
+            return
+        answer = QMessageBox.question(
+            self,
+            "Forget earlier chats?",
+            "Prompt lookup's index of your conversations is deleted. The conversations"
+            " stay; with “Copy from earlier chats” on, the index is built again from them"
+            " before the next reply.",
+        )
+        if answer == QMessageBox.StandardButton.Yes:
+            self._forget_memory()
+            self.forget_memory_button.setEnabled(False)
+            self.forget_memory_button.setText("Forgotten")
+
     def _update_enabled(self) -> None:
         drafter = self._drafter()
         draft = DRAFTERS[drafter].file == "chosen"
@@ -290,6 +322,7 @@ class SettingsDialog(SettingsPages):
         self.gpu_layers_draft_spin.setEnabled(gpu_draft_useful)
         self._gpu_draft_label.setEnabled(gpu_draft_useful)
 
+        self.lookup_memory_check.setEnabled(drafter in COPYING_DRAFTERS)
         speculating = self.speculation_check.isChecked()
         for widget in (self.policy_adaptive_radio, self.policy_fixed_radio, self.gamma_max_spin):
             widget.setEnabled(speculating)

@@ -60,6 +60,9 @@ class SettingsPages(QDialog):
     def update_mtp(self) -> None:
         raise NotImplementedError
 
+    def _forget(self) -> None:
+        raise NotImplementedError
+
     def _browse(self, edit: QLineEdit, caption: str) -> None:
         raise NotImplementedError
 
@@ -238,7 +241,22 @@ class SettingsPages(QDialog):
         speculation.addRow(
             self._tree_nodes_label, help_line(left(self.tree_nodes_spin), "tree_nodes")
         )
+        speculation.addRow("Memory:", help_line(self._lookup_memory(), "lookup_memory"))
         return speculation
+
+    def _lookup_memory(self) -> QHBoxLayout:
+        self.lookup_memory_check = QCheckBox(SETTINGS["lookup_memory"].label)
+        self.lookup_memory_check.setObjectName("lookupMemoryCheck")
+        self.forget_memory_button = QPushButton("Forget…")
+        self.forget_memory_button.setObjectName("forgetMemoryButton")
+        self.forget_memory_button.setToolTip("Delete prompt lookup's index of your chats")
+        self.forget_memory_button.clicked.connect(self._forget)
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.lookup_memory_check)
+        row.addWidget(self.forget_memory_button)
+        row.addStretch(1)
+        return row
 
     def _output(self) -> QFormLayout:
         self.exact_kernels_check = QCheckBox(SETTINGS["exact_kernels"].label)

@@ -57,6 +57,12 @@ class Drafter(Protocol):
         such a signal return 0."""
         ...
 
+    def source(self, hint: int) -> str:
+        """What drafts a round with ``hint`` (a round's ``drafted_by``): the
+        drafter's ``name``, or the part of it that drafts such rounds (prompt
+        lookup copying from the user's earlier chats)."""
+        ...
+
     def prepare(self, context: list[int]) -> None:
         """Catch up on ``context`` now, during prompt processing, so that the
         first round drafts at once (a draft model decodes the prompt here)."""

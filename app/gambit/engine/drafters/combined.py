@@ -20,13 +20,15 @@ import numpy as np
 
 from gambit.engine.drafters.base import Draft
 from gambit.engine.drafters.draft_model import DraftModelDrafter
+from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.sampling import SamplingParams
 
 
 class CombinedDrafter:
     """``ChoosingDrafter`` over a draft model (hint 0) and prompt lookup
-    (hints ``LOOKUP_HINTS`` + its match-length bucket, 1-4)."""
+    (hints ``LOOKUP_HINTS`` + its hint: 1-4 by match length in the context,
+    5-7 copied from the history)."""
 
     name = "draft model + lookup"
     LOOKUP_HINTS = 100
@@ -50,9 +52,17 @@ class CombinedDrafter:
             return (lookup,)
         return (lookup, model) if bucket >= self.LOOKUP_FIRST_FROM else (model, lookup)
 
+    def set_history(self, history: HistoryIndex | None) -> None:
+        self.lookup.set_history(history)
+
     def use(self, hint: int) -> str:
         self._source = self.lookup if self.is_free(hint) else self.model
-        return self._source.name
+        return self.source(hint)
+
+    def source(self, hint: int) -> str:
+        if self.is_free(hint):
+            return self.lookup.source(hint - self.LOOKUP_HINTS)
+        return self.model.name
 
     def is_free(self, hint: int) -> bool:
         return hint >= self.LOOKUP_HINTS

@@ -253,6 +253,9 @@ class DraftModelDrafter:
     def set_abort(self, event: threading.Event | None) -> None:
         self.runtime.abort = event
 
+    def source(self, hint: int) -> str:
+        return self.name
+
     def prepare(self, context: list[int]) -> None:
         if context:
             self.runtime.sync(self._view(context))

@@ -6,6 +6,12 @@ n-gram per order, so drafting never rescans the context.
 
 As a tree drafter, the other recent matches contribute their continuations
 too, merged into a trie below the main chain (the latest, longest match).
+
+With a ``HistoryIndex`` (the user's earlier conversations), a match there
+that agrees with the context further back than the best match in the
+context drafts instead; its hints are their own (``HISTORY_HINTS`` + bucket),
+so the policy learns how well the history's copies land apart from the
+conversation's.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections import deque
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
+from gambit.engine.drafters.history import HistoryIndex, HistoryMatch
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.tree import DraftTree, chain_tree
 
@@ -27,10 +34,15 @@ class PromptLookupDrafter:
     1.0x)."""
 
     name = "prompt lookup"
+    HISTORY_SOURCE = "earlier chats"  # what drafted rounds copied from the history
     MATCHES_KEPT = 4  # latest occurrences remembered per n-gram, for trees
     AGREEMENT_MAX = 8  # how far back a match's agreement is measured (hint buckets)
+    # Hints of drafts copied from the history: 5 (4-7 tokens agree), 6 (8-15), 7 (16).
+    HISTORY_HINTS = 4
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 2) -> None:
+    def __init__(
+        self, ngram_max: int = 3, ngram_min: int = 2, history: HistoryIndex | None = None
+    ) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise ValueError("need 1 <= ngram_min <= ngram_max")
         self.ngram_max = ngram_max
@@ -41,6 +53,14 @@ class PromptLookupDrafter:
         self._index: dict[int, dict[tuple[int, ...], deque[int]]] = {
             n: {} for n in range(ngram_min, ngram_max + 1)
         }
+        self.history = history
+        self._history_match: HistoryMatch | None = None
+        self._history_at = -1  # the context length _history_match was found for
+
+    def set_history(self, history: HistoryIndex | None) -> None:
+        """Copy from ``history`` too from the next round (None: only the context)."""
+        self.history = history
+        self._history_at = -1
 
     def _extend(self, context: list[int]) -> None:
         seen = len(self._tokens)
@@ -50,6 +70,7 @@ class PromptLookupDrafter:
             for table in self._index.values():
                 table.clear()
             seen = 0
+            self._history_at = -1
         tokens = self._tokens
         for tok in context[seen:]:
             end = len(tokens)  # the n-grams ending here now have a follower: tok
@@ -89,6 +110,21 @@ class PromptLookupDrafter:
             m += 1
         return m
 
+    def _from_history(self, matches: list[int]) -> HistoryMatch | None:
+        """The history's match when it agrees with the context further back
+        than the context's own best match (``matches[0]``), else None."""
+        if self.history is None:
+            return None
+        if self._history_at != len(self._tokens):  # (hint and draft ask in the same round)
+            self._history_match = self.history.match(self._tokens)
+            self._history_at = len(self._tokens)
+        found = self._history_match
+        if found is None:
+            return None
+        if matches and self._agreement(matches[0]) >= min(found.length, self.AGREEMENT_MAX):
+            return None
+        return found
+
     def hint(self, context: list[int]) -> int | None:
         """The length of the stretch the best match continues, in buckets:
         None without a match, else 1 (2 tokens), 2 (3), 3 (4-7), 4 (8 and
@@ -99,10 +135,17 @@ class PromptLookupDrafter:
         and too often outside them."""
         self._extend(context)
         matches = self._matches()
+        found = self._from_history(matches)
+        if found is not None:
+            bucket = 1 if found.length < 8 else 2 if found.length < 16 else 3
+            return self.HISTORY_HINTS + bucket
         if not matches:
             return None
         m = self._agreement(matches[0])
         return 1 if m <= 2 else 2 if m == 3 else 3 if m < 8 else 4
+
+    def source(self, hint: int) -> str:
+        return self.HISTORY_SOURCE if hint > self.HISTORY_HINTS else self.name
 
     def draft(
         self,
@@ -114,10 +157,17 @@ class PromptLookupDrafter:
         self._extend(context)
         if n_max <= 0:
             return EMPTY_DRAFT
-        matches = self._matches()
+        return Draft(self._main_chain(self._matches(), n_max))
+
+    def _main_chain(self, matches: list[int], n: int) -> tuple[int, ...]:
+        """Up to ``n`` tokens that follow the best match, the history's or the context's."""
+        found = self._from_history(matches)
+        if found is not None:
+            assert self.history is not None
+            return self.history.continuation(found.start, n)
         if not matches:
-            return EMPTY_DRAFT
-        return Draft(tuple(self._tokens[matches[0] : matches[0] + n_max]))
+            return ()
+        return tuple(self._tokens[matches[0] : matches[0] + n])
 
     def draft_tree(
         self,
@@ -137,16 +187,17 @@ class PromptLookupDrafter:
         if depth <= 0:
             return chain_tree((), None, 0)
         matches = self._matches()
-        if not matches:
+        main = self._main_chain(matches, depth)
+        if not main:
             return chain_tree((), None, 0)
         tokens = self._tokens
-        main = tuple(tokens[matches[0] : matches[0] + depth])
         tree_tokens = list(main)
         parents = list(range(-1, len(main) - 1))
         # (parent node, token) -> node: the trie's edges
         child = {(i - 1, tok): i for i, tok in enumerate(main)}
         budget = n_side
-        for end in matches[1:]:
+        # (the context's best match already is the main chain, unless the history's is)
+        for end in matches if self._from_history(matches) is not None else matches[1:]:
             if budget <= 0:
                 break
             node = -1

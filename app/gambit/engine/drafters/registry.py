@@ -200,6 +200,11 @@ DRAFTERS: dict[DrafterKind, DrafterSpec] = {spec.kind: spec for spec in _SPECS}
 DRAFTING: tuple[DrafterKind, ...] = tuple(k for k in DRAFTERS if k != "none")
 # The drafters that can propose a token tree instead of a chain.
 TREE_DRAFTERS: tuple[DrafterKind, ...] = tuple(k for k, s in DRAFTERS.items() if s.tree)
+# The drafters that copy text (prompt lookup, alone or with a draft model): a
+# memory of earlier conversations helps them (gambit.storage.history_memory).
+COPYING_DRAFTERS: tuple[DrafterKind, ...] = tuple(
+    k for k, s in DRAFTERS.items() if "lookup" in (k, *s.combines)
+)
 
 
 def combined_kind(kinds: set[str]) -> DrafterSpec | None:

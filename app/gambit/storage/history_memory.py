@@ -1,0 +1,196 @@
+"""The memory prompt lookup copies from: the user's stored messages as a ``HistoryIndex``.
+
+It reads private text, so it stays beside the conversations file (in the
+user's data folder, ``memory_folder``), is never read when the setting is
+off, and "Forget" in Settings deletes it. The index is kept in step with the conversations
+file before each reply (``HistoryMemory.index``): messages saved since the
+last sync are tokenized and added; deleted or edited ones are dropped from
+memory and from the saved file. A saved index that is damaged, truncated or
+of another tokenizer is rebuilt from the conversations file; a file that
+cannot be written (a full disk) leaves the index in memory only.
+
+Every stored message is a document, user turns and replies alike; a reply
+being generated is stored empty until it ends, so it is never its own
+source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gambit.engine.drafters.history import DEFAULT_MAX_TOKENS, HistoryIndex, HistoryIndexError
+
+log = logging.getLogger(__name__)
+
+MEMORY_FOLDER_NAME = "lookup-memory"
+_BATCH = 500  # messages read (and tokenized) per query
+
+
+def memory_folder(store_path: Path) -> Path:
+    """Where the memory of the conversations file ``store_path`` is saved."""
+    return Path(store_path).parent / MEMORY_FOLDER_NAME
+
+
+def forget(folder: Path) -> int:
+    """Delete the saved indexes in ``folder``; how many files went. Raises
+    ``OSError`` when one cannot be deleted."""
+    removed = 0
+    if folder.is_dir():
+        for path in folder.glob("*.npz"):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """The target's tokenizer as the memory needs it: its name in file names
+    (``fingerprint``: equal for models that tokenize alike), its vocabulary
+    size, and text -> tokens (no BOS, special tokens as text)."""
+
+    fingerprint: str
+    n_vocab: int
+    tokenize: Callable[[str], list[int]]
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """What one ``HistoryMemory.index`` call did."""
+
+    added: int = 0
+    removed: int = 0
+    rebuilt: str | None = None  # why the saved index was not used
+    seconds: float = 0.0
+
+
+class HistoryMemory:
+    """The index of the messages in the conversations file ``store_path``,
+    saved in ``folder`` (default: ``memory_folder(store_path)``) per
+    tokenizer. Used on the engine's thread only."""
+
+    def __init__(
+        self, store_path: Path, folder: Path | None = None, max_tokens: int = DEFAULT_MAX_TOKENS
+    ) -> None:
+        self.store_path = Path(store_path)
+        self.folder = folder or memory_folder(self.store_path)
+        self.max_tokens = max_tokens
+        self._index: HistoryIndex | None = None
+        self._fingerprint = ""
+        self._signature: tuple[int, int, int] | None = None  # the file's, at the last sync
+        self.last_sync = SyncReport()
+
+    def path_for(self, fingerprint: str) -> Path:
+        return self.folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', fingerprint)}.npz"
+
+    def index(self, tokenizer: Tokenizer) -> HistoryIndex:
+        """The index, in step with the conversations file (saved if it changed)."""
+        t0 = time.perf_counter()
+        rebuilt: str | None = None
+        if self._index is None or self._fingerprint != tokenizer.fingerprint:
+            self._index, rebuilt = self._load(tokenizer)
+            self._fingerprint = tokenizer.fingerprint
+            self._signature = None
+        index = self._index
+        try:
+            with self._reader() as conn:
+                signature = _signature(conn)
+                added = removed = 0
+                if signature != self._signature:
+                    added, removed = _sync(conn, index, tokenizer)
+                    self._signature = signature
+        except sqlite3.Error as exc:  # a damaged or vanished file: keep what is known
+            log.warning("lookup memory: cannot read %s: %s", self.store_path, exc)
+            added = removed = 0
+        if added or removed or rebuilt:
+            self._save(index)
+        self.last_sync = SyncReport(added, removed, rebuilt, time.perf_counter() - t0)
+        if added or removed or rebuilt:
+            log.info("lookup memory: %s", self.last_sync)
+        return index
+
+    def forget(self) -> None:
+        """Drop the index from memory and delete its saved files."""
+        self._index = None
+        self._signature = None
+        forget(self.folder)
+
+    def _load(self, tokenizer: Tokenizer) -> tuple[HistoryIndex, str | None]:
+        path = self.path_for(tokenizer.fingerprint)
+        try:
+            return (
+                HistoryIndex.load(path, tokenizer.fingerprint, tokenizer.n_vocab, self.max_tokens),
+                None,
+            )
+        except FileNotFoundError:
+            return HistoryIndex(self.max_tokens), "no saved index yet"
+        except HistoryIndexError as exc:
+            log.warning("lookup memory: rebuilding: %s", exc)
+            return HistoryIndex(self.max_tokens), str(exc)
+
+    def _save(self, index: HistoryIndex) -> None:
+        try:
+            index.save(self.path_for(self._fingerprint), self._fingerprint)
+        except OSError as exc:  # a full disk, a read-only folder: memory only, tried again later
+            log.warning("lookup memory: cannot save the index: %s", exc)
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        if not self.store_path.is_file():
+            raise sqlite3.OperationalError("no conversations file")
+        conn = sqlite3.connect(f"{self.store_path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
+def _signature(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """Changes when messages are added, removed or rewritten (to another length)."""
+    count, last, total = conn.execute(
+        "SELECT count(*), coalesce(max(id), 0), coalesce(sum(length(content)), 0)"
+        " FROM messages WHERE content != ''"
+    ).fetchone()
+    return int(count), int(last), int(total)
+
+
+def _sync(conn: sqlite3.Connection, index: HistoryIndex, tokenizer: Tokenizer) -> tuple[int, int]:
+    """Make ``index`` hold the file's messages; (added, removed)."""
+    stored = dict(
+        conn.execute("SELECT id, length(content) FROM messages WHERE content != '' ORDER BY id")
+    )
+    known = index.documents()
+    changed = [i for i, length in known.items() if stored.get(i) != length]
+    index.remove(changed)
+    # Past the memory bound the oldest messages were dropped to make room:
+    # older ones than the oldest kept are not read again.
+    floor = min(known.keys() - set(changed), default=0) if index.dropped else 0
+    kept = index.documents()
+    wanted = [i for i in stored if i not in kept and i >= floor]
+    # Newest first, until the index would be full: a long history is not
+    # tokenized only to drop its oldest part again.
+    room = index.max_tokens - len(index)
+    read: list[tuple[int, np.ndarray, int]] = []
+    for end in range(len(wanted), 0, -_BATCH):
+        batch = wanted[max(0, end - _BATCH) : end]
+        marks = ",".join("?" * len(batch))
+        rows = conn.execute(
+            f"SELECT id, content FROM messages WHERE id IN ({marks}) ORDER BY id DESC", batch
+        ).fetchall()
+        for i, text in rows:
+            tokens = np.asarray(tokenizer.tokenize(text), np.int32)
+            read.append((i, tokens, len(text)))
+            room -= len(tokens) + 1
+        if room <= 0:
+            index.dropped = True  # (the older ones stay out, as if dropped)
+            break
+    index.add_many(reversed(read))
+    return len(read), len(changed)
