@@ -373,23 +373,24 @@ def test_bench_regimes(tmp_path: Path, smol_q4_1: Path) -> None:
 
 
 def test_bench_reuse_measures_the_memory_of_earlier_chats(tmp_path: Path, smol_q4_1: Path) -> None:
-    # The bundled suite's first four lines: a sibling request and the same one again among them.
-    bundled = Path(__file__).parents[2] / "resources" / "prompts" / "reuse.jsonl"
-    suite = [json.loads(line) for line in bundled.read_text(encoding="utf-8").splitlines()]
-    again = next(i for i, s in enumerate(suite) if s["earlier"] == [s["prompt"]])
+    # A usual request, asked in an earlier chat and twice again: its earlier
+    # replies are copied from the memory (filled with earlier turns only).
+    haiku = "Write a haiku about autumn leaves."
+    suite = tmp_path / "reuse.jsonl"
+    lines = [{"earlier": [haiku], "prompt": haiku}, {"prompt": haiku}]
+    suite.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     proc = gambit(
         "bench", "--reuse", "--lookup", "--target", smol_q4_1, *FAST, "--max-tokens", "32",
-        "--limit", str(again + 1), "--json", home=tmp_path,
+        "--prompts", suite, "--json", home=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    assert report["scenarios"] == again + 1
+    assert report["scenarios"] == 2
     assert report["diverged"] == []  # greedy, Q4_1: the same reply in every mode
     modes = report["modes"]
     assert list(modes) == ["target only", "lookup", "lookup + memory"]
     assert modes["target only"]["accepted"] == 0
     assert "earlier chats" not in modes["lookup"]["accepted_by_drafter"]
-    # The same request again: its earlier reply is copied from the memory.
     assert modes["lookup + memory"]["accepted_by_drafter"]["earlier chats"] >= 16
     assert modes["lookup + memory"]["accepted"] > modes["lookup"]["accepted"]
     assert report["memory_tokens"] > 0 and 0 < report["memory_bytes"] < 2**20

@@ -118,6 +118,7 @@ def test_greedy_replies_equal_the_cli_streamed_or_not_with_the_figures(
     )
     assert figures["tokens_per_pass"] >= 1.0 and figures["mean_gamma"] > 0
     assert figures["speedup"] is not None and figures["baseline_tokens_per_s"] > 0
+    assert figures["accepted_by_source"] == {"draft model": figures["accepted_tokens"]}
 
     chunks = list(
         client.chat.completions.create(

@@ -255,3 +255,20 @@ def test_history_hints_say_how_far_the_match_agrees() -> None:
     assert lookup.hint([0, *doc[:9]]) == base + 2
     assert lookup.hint([0, *doc[:20]]) == base + 3
     assert HistoryMatch(AGREEMENT_MAX, 21) == history.match([0, *doc[:21]])
+
+
+def test_both_sources_are_offered_and_the_selected_one_drafts() -> None:
+    # For a policy that chooses (draft model + lookup): the conversation's
+    # match and the history's, each with its own hint, the preferred first.
+    history = HistoryIndex()
+    history.add(1, [9, 8, 7, 1, 2, 3, 4, 50, 51])
+    lookup = PromptLookupDrafter(history=history)
+    context = [3, 4, 60, 1, 2, 3, 4]  # conversation: (3, 4) -> 60; history: 1 2 3 4 -> 50
+    base = PromptLookupDrafter.HISTORY_HINTS
+    assert lookup.sources(context) == (base + 1, 1)
+    lookup.select(1)
+    assert draft(lookup, context, 2) == (60, 1)
+    lookup.select(base + 1)
+    assert draft(lookup, context, 2) == (50, 51)
+    lookup.set_history(None)
+    assert lookup.sources(context) == (1,)

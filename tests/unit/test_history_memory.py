@@ -66,8 +66,9 @@ def test_deleted_and_edited_messages_leave_memory_and_file(
     assert memory.last_sync.removed == 2 and memory.last_sync.added == 1
     assert follows(index, "hint is purple") == ""
     assert follows(index, "quick brown") == " cat naps"
-    saved = memory.path_for(BYTES.fingerprint).read_bytes()
-    assert b"elephant" not in saved and bytes("elephant", "utf-8")[:4] not in saved
+    saved = HistoryIndex.load(memory.path_for(BYTES.fingerprint), BYTES.fingerprint, 256)
+    assert follows(saved, "hint is purple") == ""  # gone from the file too
+    assert follows(saved, "quick brown") == " cat naps"
 
 
 def test_it_survives_a_restart_without_reading_the_messages_again(
@@ -179,3 +180,45 @@ def test_forget_deletes_the_saved_index(store: ConversationStore, tmp_path: Path
     assert not list((tmp_path / "memory").glob("*.npz"))
     assert forget(tmp_path / "memory") == 0
     assert forget(tmp_path / "no such folder") == 0
+
+
+def test_new_messages_are_saved_after_the_reply_deleted_ones_at_once(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    conv = store.create()
+    store.add_message(conv, "user", CODE)
+    memory = HistoryMemory(store.path, tmp_path / "memory")
+    memory.index(BYTES)  # the first build is saved
+    path = memory.path_for(BYTES.fingerprint)
+    saved = path.read_bytes()
+    store.add_message(conv, "assistant", "Add a docstring.")
+    memory.index(BYTES)
+    assert path.read_bytes() == saved  # not before the reply's first token
+    memory.flush()
+    restarted = HistoryMemory(store.path, tmp_path / "memory")
+    restarted.index(BYTES)
+    assert restarted.last_sync.added == 0 and restarted.last_sync.rebuilt is None
+    assert follows(HistoryIndex.load(path, BYTES.fingerprint, 256), "Add a doc") == "string."
+    store.delete(conv)
+    restarted.index(BYTES)  # (no flush needed)
+    assert follows(HistoryIndex.load(path, BYTES.fingerprint, 256), "Add a doc") == ""
+
+
+def test_a_long_history_is_read_in_slices_and_joins_whole_oldest_first(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    conv = store.create()
+    ids = [store.add_message(conv, "user", f"note {i:02d}: " + "words " * 20) for i in range(30)]
+    memory = HistoryMemory(store.path, tmp_path / "memory")
+    index = memory.index(BYTES, budget_s=0.0)  # one message per slice
+    assert memory.pending and len(index) == 0  # nothing until it is whole
+    store.delete_from(ids[5])  # (a regenerate: messages 5 and on go)
+    slices = 1
+    while memory.pending:
+        index = memory.index(BYTES, budget_s=0.0)
+        slices += 1
+        assert slices < 100
+    assert slices > 2
+    assert list(index.documents()) == ids[:5]  # oldest first; the deleted ones never joined
+    assert follows(index, "note 04: ").startswith("words")
+    assert follows(index, "note 07: ") == ""

@@ -1,9 +1,11 @@
 """What a measurement says, from hand-built reports: the recommendation and its
-reason, the kind of a turn, the regime sentence, the CSV export."""
+reason, the kind of a turn, the regime sentence, the CSV export, the split
+of accepted tokens by source."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from typing import Any
 
@@ -11,6 +13,9 @@ import pytest
 
 from gambit.bench.measure import TARGET_ONLY_MODE, MeasureConfig
 from gambit.bench.measure_report import PAYS_FROM, recommend, regime_sentence, report_csv, turn_kind
+from gambit.bench.runner import ModeTotals
+from gambit.engine.metrics import GenerationStats
+from gambit.engine.reply import Round
 
 
 def _report(speedups: dict[str, dict[str, float]], turns: int = 6) -> dict[str, Any]:
@@ -154,3 +159,29 @@ def test_csv_has_a_row_per_suite_and_mode_with_every_figure() -> None:
     ]  # fmt: skip
     assert rows[1]["speedup"] == "1.5" and rows[1]["tokens_per_s"] == "15"
     assert rows[0]["target"] == "/m/t.gguf" and rows[0]["started"] == "2026-01-02T03:04:05"
+
+
+def test_bench_figures_say_what_each_source_supplied() -> None:
+    one_source, two_sources = ModeTotals(), ModeTotals()
+    lookup = GenerationStats()
+    for i, by in enumerate(["prompt lookup", "prompt lookup"]):
+        lookup.add(dataclasses.replace(_round(i, 0.1 * (i + 1), 4, 3, 3), drafted_by=by))
+    one_source.add(lookup)
+    both = GenerationStats()
+    for i, (by, n) in enumerate([("prompt lookup", 3), ("draft model", 2), ("earlier chats", 4)]):
+        both.add(dataclasses.replace(_round(i, 0.1 * (i + 1), n + 1, n, n), drafted_by=by))
+    two_sources.add(both)
+    assert "accepted_by_drafter" not in one_source.figures()  # one source: nothing to split
+    split = two_sources.figures()["accepted_by_drafter"]
+    assert split == {"prompt lookup": 3, "draft model": 2, "earlier chats": 4}
+    report = {"suites": {"ALL": {"lookup": one_source.figures(), "both": two_sources.figures()}}}
+    csv_text = report_csv(report)
+    assert "3 prompt lookup; 2 draft model; 4 earlier chats" in csv_text
+
+
+def _round(index: int, elapsed_s: float, n_tokens: int, n_drafted: int, n_accepted: int) -> Round:
+    return Round(
+        index=index, tokens=tuple(range(n_tokens)), text="x" * n_tokens, gamma=n_drafted,
+        n_drafted=n_drafted, n_accepted=n_accepted, outcomes=(True,) * n_accepted,
+        t_draft_s=0.0, t_verify_s=0.01, elapsed_s=elapsed_s,
+    )  # fmt: skip

@@ -42,19 +42,14 @@ from gambit.engine.backend import detect_backend
 from gambit.engine.busy import LoadMeter, LoadReading
 from gambit.engine.calibration import calibrate
 from gambit.engine.chat import Message
-from gambit.engine.controller import GammaController
-from gambit.engine.decoder import SpeculativeDecoder
-from gambit.engine.drafters.base import ChoosingDrafter, Drafter
-from gambit.engine.drafters.combined import CombinedDrafter
-from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, BuildInput, DrafterKind, spec
+from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, DrafterKind, spec
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import cpu_id
 from gambit.engine.metrics import GenerationStats, speedup
-from gambit.engine.policy import FixedGamma, GammaPolicy
 from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.runtime import default_threads
 from gambit.engine.sampling import SamplingParams
-from gambit.engine.session import Engine, most_draft_tokens
+from gambit.engine.session import Engine, Replay
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.errors import ContextOverflowError, GambitError
 from gambit.storage.history_turns import HistoryTurn
@@ -140,7 +135,7 @@ def available_drafters(engine: Engine) -> tuple[DrafterKind, ...]:
     (with draft model + lookup loaded, the draft model alone too)."""
     kinds: list[DrafterKind] = [k for k in DRAFTING if not DRAFTERS[k].loads_model]
     if spec(engine.config.drafter).loads_model and engine.draft_runtime is not None:
-        if isinstance(engine.drafter, CombinedDrafter):
+        if "draft" in spec(engine.config.drafter).combines:
             kinds.append("draft")
         kinds.append(engine.config.drafter)
     return tuple(kinds)
@@ -202,37 +197,10 @@ class _Replayer:
         context = min(CALIBRATION_CONTEXT, target.n_ctx // 2 - self.k_max)
         return calibrate(target, self.engine.draft_runtime, self.k_max, context=max(context, 16))
 
-    def decoder(self, config: MeasureConfig | None, costs: CostModel) -> SpeculativeDecoder:
-        engine = self.engine
+    def decoder(self, config: MeasureConfig | None, costs: CostModel) -> Replay:
         if config is None:
-            return SpeculativeDecoder(engine.target, None, FixedGamma(0))
-        drafter: Drafter | None
-        own = costs.copy()
-        kind = spec(config.drafter)
-        if not kind.loads_model:  # a fresh one (prompt lookup), not the engine's
-            given = BuildInput(engine.target, None, None, engine.config.lookup_ngram_max)
-            drafter = kind.build(given).drafter
-        elif isinstance(engine.drafter, CombinedDrafter) and kind.kind == "draft":
-            drafter = engine.drafter.model  # the draft model alone, next to both together
-        else:
-            drafter = engine.drafter
-        if kind.free:
-            own.t_draft = 0.0  # (prompt lookup: a dictionary look-up next to a decode)
-        side_max = engine.config.tree_nodes - 1 if config.tree else 0
-        policy: GammaPolicy = GammaController(
-            own,
-            mode="adaptive" if config.gamma is None else "fixed",
-            gamma_max=engine.config.gamma_max,
-            fixed_gamma=config.gamma or engine.config.gamma,
-            side_max=side_max,
-            node_max=most_draft_tokens(
-                gamma_max=engine.config.gamma_max,
-                tree_nodes=engine.config.tree_nodes,
-                tree=config.tree,
-            ),
-            free_hint=drafter.is_free if isinstance(drafter, ChoosingDrafter) else None,
-        )
-        return SpeculativeDecoder(engine.target, drafter, policy)
+            return self.engine.replay(None, costs)
+        return self.engine.replay(config.drafter, costs, gamma=config.gamma, tree=config.tree)
 
     def prompt(self, messages: Sequence[Message], reserve: int) -> list[int]:
         builder = self.engine.chat_builder
@@ -243,7 +211,7 @@ class _Replayer:
             raise _CancelledError from None
 
     def run(
-        self, decoder: SpeculativeDecoder, prompt: list[int], config: GenerationConfig
+        self, decoder: Replay, prompt: list[int], config: GenerationConfig
     ) -> tuple[GenerationStats, list[int], LoadReading]:
         """One replay from a cold cache; its stats, reply tokens, and how busy
         other programs kept the machine meanwhile."""

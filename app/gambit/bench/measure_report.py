@@ -233,4 +233,6 @@ def report_csv(report: Mapping[str, Any]) -> str:
 def _cell(value: Any) -> Any:
     if value is None:
         return ""
+    if isinstance(value, Mapping):  # accepted tokens by source: "70 prompt lookup; 26 draft model"
+        return "; ".join(f"{n} {name}" for name, n in value.items())
     return f"{value:.6g}" if isinstance(value, float) else value

@@ -168,6 +168,8 @@ def _report(
         "drafter": engine.config.drafter,
         "scenarios": n,
         "diverged": diverged,  # new requests whose greedy replies differed between modes
+        # (they may only where the target's kernels are not batch-invariant)
+        "kernels": engine.target_kernels.describe(),
         "memory_tokens": len(index),
         "memory_bytes": index.nbytes,
         "modes": modes,
@@ -204,7 +206,8 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(
         "greedy replies identical in every mode"
         if not diverged
-        else f"greedy replies differed on requests {', '.join(str(i + 1) for i in diverged)}"
+        else f"greedy replies differed on {len(diverged)} of {report['scenarios']} requests"
+        f" ({', '.join(str(i + 1) for i in diverged)}); target kernels: {report['kernels']}"
     )
     return "\n".join(lines)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gambit.engine.chat import Message
-from gambit.engine.metrics import NO_FIGURE, GenerationStats, speedup
+from gambit.engine.metrics import NO_FIGURE, GenerationStats, format_sources, speedup
 from gambit.engine.placement import TargetPlacement, WorkerShare, cost_curve
 from gambit.engine.policy import PolicyMode
 from gambit.engine.reply import GenerationConfig, Round
@@ -130,9 +130,9 @@ class ModeTotals:
                 self.gamma_sum += rnd.gamma
                 self.gamma_rounds += 1
 
-    def figures(self) -> dict[str, float]:
+    def figures(self) -> dict[str, Any]:
         s = self.stats
-        figures = {
+        figures: dict[str, Any] = {
             "tokens": s.n_tokens,
             "tokens_per_s": s.tokens_per_s,
             # prompt processing (the drafter's too) included: what a reply takes
@@ -147,6 +147,8 @@ class ModeTotals:
             "ttft_ms": s.ttft_s / self.runs * 1000 if self.runs else 0.0,
             "overhead_share": s.overhead_share,
         }
+        if len(s.accepted_by_drafter) > 1:  # a drafter with sources: what each supplied
+            figures["accepted_by_drafter"] = dict(s.accepted_by_drafter)
         if self.gamma_rounds:  # (only where the rounds were handed in)
             figures["mean_gamma"] = self.gamma_sum / self.gamma_rounds
         return figures
@@ -343,6 +345,11 @@ def print_table(report: dict[str, Any], modes: list[str]) -> None:
                 f"{f['ttft_ms']:7.0f} {f['overhead_share']:6.1%} "
                 f"{_side(f):>6}"
             )
+    for suite in suites:
+        for mode in modes:
+            f = report["suites"][suite][mode]
+            if f.get("accepted_by_drafter"):
+                print(f"{suite:<10} {mode:<{w}} accepted{format_sources(f['accepted_by_drafter'])}")
     if "identical_outputs" in report:
         print(
             f"greedy outputs identical with and without speculation: {report['identical_outputs']}"

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
@@ -165,6 +165,14 @@ def _all_layers_on_gpu(model: Path, options: RuntimeOptions) -> bool:
     blocks = header.metadata.get(f"{header.architecture}.block_count")
     # llama.cpp counts the output layer as one more to offload.
     return isinstance(blocks, int) and options.n_gpu_layers >= blocks + 1
+
+
+class Replay(Protocol):
+    """Replies decoded apart from the engine's own (``Engine.replay``)."""
+
+    def generate(
+        self, prompt: list[int], config: GenerationConfig, cancel: threading.Event | None = None
+    ) -> Iterator[Round]: ...
 
 
 class Engine:
@@ -359,6 +367,49 @@ class Engine:
         step = float(np.median(times))
         self.controller.costs.set_target(1, step)
         return self.controller.baseline_tokens_per_s
+
+    def replay(
+        self,
+        drafter: DrafterKind | None,
+        costs: CostModel,
+        *,
+        gamma: int | None = None,
+        tree: bool = False,
+    ) -> Replay:
+        """A decoder of its own on the loaded models, whose policy starts from
+        ``costs`` and teaches this engine's controller nothing (Measure on my
+        chats replays turns on several side by side). ``drafter`` None decodes
+        plainly; prompt lookup gets a fresh index, not the engine's; "draft"
+        is the loaded draft model (alone, also out of draft model + lookup);
+        ``gamma`` None: the adaptive policy, else fixed γ; ``tree``: token trees
+        within the configured node budget."""
+        if drafter is None:
+            return SpeculativeDecoder(self.target, None, FixedGamma(0))
+        kind = spec(drafter)
+        chosen: Drafter | None
+        if not kind.loads_model:
+            given = BuildInput(self.target, None, None, self.config.lookup_ngram_max)
+            chosen = kind.build(given).drafter
+        elif isinstance(self.drafter, CombinedDrafter) and drafter == "draft":
+            chosen = self.drafter.model
+        else:
+            chosen = self.drafter
+        own = costs.copy()
+        if kind.free:
+            own.t_draft = 0.0  # (prompt lookup: a dictionary look-up next to a decode)
+        cfg = self.config
+        policy = GammaController(
+            own,
+            mode="adaptive" if gamma is None else "fixed",
+            gamma_max=cfg.gamma_max,
+            fixed_gamma=gamma or cfg.gamma,
+            side_max=cfg.tree_nodes - 1 if tree else 0,
+            node_max=most_draft_tokens(
+                gamma_max=cfg.gamma_max, tree_nodes=cfg.tree_nodes, tree=tree
+            ),
+            free_hint=chosen.is_free if isinstance(chosen, ChoosingDrafter) else None,
+        )
+        return SpeculativeDecoder(self.target, chosen, policy)
 
     def use_controller(self, controller: GammaController) -> None:
         self.controller = controller

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from gambit.engine.backend import BackendInfo, detect_backend
 from gambit.engine.busy import LoadMeter
@@ -113,6 +113,10 @@ class ReplyResult:
 
 # The stats panel repaints every 100 ms; half that keeps it current.
 SNAPSHOT_INTERVAL_S = 0.05
+# Reading a long history into the lookup memory (~1 MB of text a second):
+# at most this long before a reply, then in slices between requests.
+RECALL_BUDGET_S = 0.2
+IDLE_SLICE_S = 0.1
 
 
 class EngineWorker(QObject):
@@ -212,6 +216,8 @@ class EngineWorker(QObject):
                 target_costs=describe_costs(engine.costs),  # (as measured at this load)
             )
             self.loaded.emit(info)
+            self._recall(engine)  # (a long history is read while the user types)
+            self._keep_reading_later()
         except GambitError as exc:
             self.load_failed.emit(str(exc))
         except Exception as exc:
@@ -319,6 +325,8 @@ class EngineWorker(QObject):
                 f"The generation crashed: {exc!r}",
                 self._partial(engine, tracker, text_parts, drafted),
             )
+        finally:
+            self._save_memory()
 
     @Slot(object)
     def serve(self, job: Job) -> None:
@@ -332,7 +340,10 @@ class EngineWorker(QObject):
             return
         job.on_snapshot = self.served.emit
         self._recall(self._engine)
-        run_job(self._engine, job)
+        try:
+            run_job(self._engine, job)
+        finally:
+            self._save_memory()
 
     @Slot(object)
     def measure(self, request: MeasureRequest) -> None:
@@ -384,13 +395,40 @@ class EngineWorker(QObject):
             engine.set_history(None)
             return
         try:
-            tokenizer = Tokenizer(
-                engine.tokenizer_fingerprint, engine.target.n_vocab, engine.tokenize_text
-            )
-            engine.set_history(memory.index(tokenizer))
+            engine.set_history(memory.index(_tokenizer(engine), RECALL_BUDGET_S))
         except Exception:
             log.exception("the lookup memory could not be used")
             engine.set_history(None)
+
+    def _save_memory(self) -> None:
+        """Save what the memory learned before the reply (after it: its first
+        token never waits for the write), and go on reading what remains."""
+        if self._memory is not None:
+            try:
+                self._memory.flush()
+            except Exception:
+                log.exception("the lookup memory could not be saved")
+        self._keep_reading_later()
+
+    def _keep_reading_later(self) -> None:
+        memory = self._memory
+        if memory is not None and memory.pending and not self._closing.is_set():
+            # (queued behind any request already waiting: it runs first)
+            QTimer.singleShot(0, self, self._keep_reading)
+
+    def _keep_reading(self) -> None:
+        """A slice of reading a long history into the memory, between requests."""
+        memory, engine = self._memory, self._engine
+        if memory is None or engine is None or not engine.copies_text:
+            return
+        try:
+            memory.index(_tokenizer(engine), IDLE_SLICE_S)
+            if not memory.pending:
+                memory.flush()
+        except Exception:
+            log.exception("the lookup memory could not be read")
+            return
+        self._keep_reading_later()
 
     def _close_engine(self) -> None:
         if self._engine is not None:
@@ -420,6 +458,10 @@ class EngineWorker(QObject):
     ) -> ReplyResult:
         return ReplyResult("".join(parts), tuple(drafted), "error",
                            self._snapshot(engine, tracker), False)  # fmt: skip
+
+
+def _tokenizer(engine: Engine) -> Tokenizer:
+    return Tokenizer(engine.tokenizer_fingerprint, engine.target.n_vocab, engine.tokenize_text)
 
 
 def _measurement_lost(exc: WorkerLostError, engine: Engine) -> str:

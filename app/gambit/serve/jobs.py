@@ -44,6 +44,9 @@ class ServedFigures:
     speedup: float | None  # None: nothing drafted, no claim
     accepted_by_position: tuple[int, ...]
     drafted_by_position: tuple[int, ...]
+    # Accepted tokens by what drafted them ("draft model", "prompt lookup",
+    # "earlier chats"), for drafters with sources; {} otherwise.
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +58,7 @@ class ServedFigures:
             "tokens_per_s": self.tokens_per_s,
             "baseline_tokens_per_s": self.baseline_tokens_per_s,
             "speedup": self.speedup,
+            "accepted_by_source": self.accepted_by_source,
         }
 
 
@@ -172,6 +176,7 @@ def _generate(engine: Engine, job: Job) -> Outcome:
         speedup=snapshot.speedup,
         accepted_by_position=tuple(stats.accepted_by_position),
         drafted_by_position=tuple(stats.tried_by_position),
+        accepted_by_source=dict(stats.accepted_by_drafter) if stats.n_drafted else {},
     )
     return Outcome(finish_reason=finish, figures=figures)
 

@@ -86,41 +86,66 @@ class HistoryMemory:
         self._index: HistoryIndex | None = None
         self._fingerprint = ""
         self._signature: tuple[int, int, int] | None = None  # the file's, at the last sync
+        self._unsaved = False  # added to since last saved
+        # Messages read, not yet added: a sync that ran out of time leaves them
+        # here (newest first) and the next one goes on, so that tokenizing a
+        # long history (~1 MB of text a second) never holds up a reply.
+        self._backlog: list[tuple[int, np.ndarray, int]] = []
         self.last_sync = SyncReport()
+        self.pending = False  # stored messages remain to be read: ``index`` again goes on
 
     def path_for(self, fingerprint: str) -> Path:
         return self.folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', fingerprint)}.npz"
 
-    def index(self, tokenizer: Tokenizer) -> HistoryIndex:
-        """The index, in step with the conversations file (saved if it changed)."""
+    def index(self, tokenizer: Tokenizer, budget_s: float | None = None) -> HistoryIndex:
+        """The index, in step with the conversations file (saved if it
+        changed); within ``budget_s`` of tokenizing, after which ``pending``
+        says that more remains (a first build holds nothing until it is whole)."""
         t0 = time.perf_counter()
         rebuilt: str | None = None
         if self._index is None or self._fingerprint != tokenizer.fingerprint:
             self._index, rebuilt = self._load(tokenizer)
             self._fingerprint = tokenizer.fingerprint
             self._signature = None
+            self._backlog = []
         index = self._index
         try:
             with self._reader() as conn:
                 signature = _signature(conn)
                 added = removed = 0
                 if signature != self._signature:
-                    added, removed = _sync(conn, index, tokenizer)
-                    self._signature = signature
+                    added, removed, whole = _sync(conn, index, tokenizer, self._backlog, budget_s)
+                    self._signature = signature if whole else None
+                    self.pending = not whole
         except sqlite3.Error as exc:  # a damaged or vanished file: keep what is known
             log.warning("lookup memory: cannot read %s: %s", self.store_path, exc)
             added = removed = 0
-        if added or removed or rebuilt:
+            self.pending = False
+        # Deleted text leaves the saved file at once; added messages are saved
+        # by ``flush`` after the reply (up to 16 MB, not before its first token).
+        if removed or rebuilt:
             self._save(index)
+        elif added:
+            self._unsaved = True
         self.last_sync = SyncReport(added, removed, rebuilt, time.perf_counter() - t0)
         if added or removed or rebuilt:
             log.info("lookup memory: %s", self.last_sync)
         return index
 
+    def flush(self) -> None:
+        """Save what the last syncs added, if anything (the engine's thread,
+        after a reply). A kill before it costs nothing: the next sync adds
+        the messages again from the conversations file."""
+        if self._unsaved and self._index is not None:
+            self._save(self._index)
+
     def forget(self) -> None:
         """Drop the index from memory and delete its saved files."""
         self._index = None
         self._signature = None
+        self._unsaved = False
+        self._backlog = []
+        self.pending = False
         forget(self.folder)
 
     def _load(self, tokenizer: Tokenizer) -> tuple[HistoryIndex, str | None]:
@@ -139,6 +164,7 @@ class HistoryMemory:
     def _save(self, index: HistoryIndex) -> None:
         try:
             index.save(self.path_for(self._fingerprint), self._fingerprint)
+            self._unsaved = False
         except OSError as exc:  # a full disk, a read-only folder: memory only, tried again later
             log.warning("lookup memory: cannot save the index: %s", exc)
 
@@ -162,35 +188,64 @@ def _signature(conn: sqlite3.Connection) -> tuple[int, int, int]:
     return int(count), int(last), int(total)
 
 
-def _sync(conn: sqlite3.Connection, index: HistoryIndex, tokenizer: Tokenizer) -> tuple[int, int]:
-    """Make ``index`` hold the file's messages; (added, removed)."""
+def _sync(
+    conn: sqlite3.Connection,
+    index: HistoryIndex,
+    tokenizer: Tokenizer,
+    backlog: list[tuple[int, np.ndarray, int]],
+    budget_s: float | None,
+) -> tuple[int, int, bool]:
+    """Bring ``index`` in step with the file's messages, reading new ones
+    newest first into ``backlog`` for ``budget_s`` of tokenizing; they join the index
+    together, oldest first, once all are read (or the index would be full).
+    Returns (added, removed, whether the index is whole)."""
     stored = dict(
         conn.execute("SELECT id, length(content) FROM messages WHERE content != '' ORDER BY id")
     )
     known = index.documents()
     changed = [i for i, length in known.items() if stored.get(i) != length]
     index.remove(changed)
+    backlog[:] = [doc for doc in backlog if stored.get(doc[0]) == doc[2]]  # (deleted meanwhile)
     # Past the memory bound the oldest messages were dropped to make room:
     # older ones than the oldest kept are not read again.
     floor = min(known.keys() - set(changed), default=0) if index.dropped else 0
-    kept = index.documents()
-    wanted = [i for i in stored if i not in kept and i >= floor]
+    taken = index.documents().keys() | {doc[0] for doc in backlog}
+    wanted = [i for i in stored if i not in taken and i >= floor]
     # Newest first, until the index would be full: a long history is not
     # tokenized only to drop its oldest part again.
-    room = index.max_tokens - len(index)
-    read: list[tuple[int, np.ndarray, int]] = []
+    room = index.max_tokens - len(index) - sum(len(doc[1]) + 1 for doc in backlog)
+    full = room <= 0
+    # (from here: the queries above scan the file, and must not eat the budget)
+    deadline = None if budget_s is None else time.perf_counter() + budget_s
+    out_of_time = False  # (checked after each message: every slice reads one at least)
     for end in range(len(wanted), 0, -_BATCH):
+        if full or out_of_time:
+            break
         batch = wanted[max(0, end - _BATCH) : end]
         marks = ",".join("?" * len(batch))
         rows = conn.execute(
             f"SELECT id, content FROM messages WHERE id IN ({marks}) ORDER BY id DESC", batch
-        ).fetchall()
+        )
         for i, text in rows:
             tokens = np.asarray(tokenizer.tokenize(text), np.int32)
-            read.append((i, tokens, len(text)))
+            backlog.append((i, tokens, len(text)))
             room -= len(tokens) + 1
-        if room <= 0:
-            index.dropped = True  # (the older ones stay out, as if dropped)
-            break
-    index.add_many(reversed(read))
-    return len(read), len(changed)
+            if room <= 0:
+                full = True
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                out_of_time = True
+                break
+    if not (full or _all_read(wanted, backlog)):
+        return 0, len(changed), False
+    if full:
+        index.dropped = True  # (the older ones stay out, as if dropped)
+    added = len(backlog)
+    index.add_many(sorted(backlog, key=lambda doc: doc[0]))
+    backlog.clear()
+    return added, len(changed), True
+
+
+def _all_read(wanted: list[int], backlog: list[tuple[int, np.ndarray, int]]) -> bool:
+    read = {doc[0] for doc in backlog}
+    return all(i in read for i in wanted)

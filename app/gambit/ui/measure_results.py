@@ -41,7 +41,7 @@ from PySide6.QtWidgets import (
 
 from gambit.bench import PAYS_FROM, TARGET_ONLY
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING
-from gambit.engine.metrics import format_speedup
+from gambit.engine.metrics import format_sources, format_speedup
 from gambit.ui import theme
 
 # Colours of the configurations in the scatter, in the report's order.
@@ -414,6 +414,8 @@ class MeasureResults(QWidget):
             ]
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
+                if col == 2 and f.get("accepted_by_drafter"):  # what each source supplied
+                    item.setToolTip("accepted" + format_sources(f["accepted_by_drafter"]))
                 if col:
                     item.setTextAlignment(
                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter

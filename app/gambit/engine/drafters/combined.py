@@ -28,7 +28,8 @@ from gambit.engine.sampling import SamplingParams
 class CombinedDrafter:
     """``ChoosingDrafter`` over a draft model (hint 0) and prompt lookup
     (hints ``LOOKUP_HINTS`` + its hint: 1-4 by match length in the context,
-    5-7 copied from the history)."""
+    5-7 copied from the history). Where both the conversation and the
+    history have a match, both are offered: the policy learns each apart."""
 
     name = "draft model + lookup"
     LOOKUP_HINTS = 100
@@ -43,20 +44,23 @@ class CombinedDrafter:
         self._source: DraftModelDrafter | PromptLookupDrafter = model
 
     def options(self, context: list[int]) -> tuple[int, ...]:
-        bucket = self.lookup.hint(context)  # (also indexes the new tokens)
+        lookups = tuple(self.LOOKUP_HINTS + h for h in self.lookup.sources(context))
         model = self.model.hint(context)
-        if bucket is None:
+        if not lookups:
             return () if model is None else (model,)
-        lookup = self.LOOKUP_HINTS + bucket
         if model is None:
-            return (lookup,)
-        return (lookup, model) if bucket >= self.LOOKUP_FIRST_FROM else (model, lookup)
+            return lookups
+        if lookups[0] - self.LOOKUP_HINTS >= self.LOOKUP_FIRST_FROM:
+            return (*lookups, model)
+        return (model, *lookups)
 
     def set_history(self, history: HistoryIndex | None) -> None:
         self.lookup.set_history(history)
 
     def use(self, hint: int) -> str:
         self._source = self.lookup if self.is_free(hint) else self.model
+        if self.is_free(hint):
+            self.lookup.select(hint - self.LOOKUP_HINTS)
         return self.source(hint)
 
     def source(self, hint: int) -> str:

@@ -56,6 +56,8 @@ class PromptLookupDrafter:
         self.history = history
         self._history_match: HistoryMatch | None = None
         self._history_at = -1  # the context length _history_match was found for
+        # (context length, copy from the history) as ``select`` chose it
+        self._selected: tuple[int, bool] | None = None
 
     def set_history(self, history: HistoryIndex | None) -> None:
         """Copy from ``history`` too from the next round (None: only the context)."""
@@ -110,39 +112,62 @@ class PromptLookupDrafter:
             m += 1
         return m
 
-    def _from_history(self, matches: list[int]) -> HistoryMatch | None:
-        """The history's match when it agrees with the context further back
-        than the context's own best match (``matches[0]``), else None."""
+    def _found_in_history(self) -> HistoryMatch | None:
+        """The history's best match for the context's tail (asked once per context)."""
         if self.history is None:
             return None
-        if self._history_at != len(self._tokens):  # (hint and draft ask in the same round)
+        if self._history_at != len(self._tokens):  # (asked again in the same round)
             self._history_match = self.history.match(self._tokens)
             self._history_at = len(self._tokens)
-        found = self._history_match
-        if found is None:
-            return None
-        if matches and self._agreement(matches[0]) >= min(found.length, self.AGREEMENT_MAX):
-            return None
-        return found
+        return self._history_match
 
-    def hint(self, context: list[int]) -> int | None:
-        """The length of the stretch the best match continues, in buckets:
-        None without a match, else 1 (2 tokens), 2 (3), 3 (4-7), 4 (8 and
-        more). Measured on the F16 target, 8-token drafts, 128-token replies:
-        after a 2-token match 1-2.7 of 8 drafts landed and 40-60 % of rounds
-        lost the first; after 8 or more, 6.5-7 landed and 1-3 % lost the
-        first. One acceptance estimate for both drafts too long inside copies
-        and too often outside them."""
+    def _prefers_history(self, matches: list[int]) -> bool:
+        """Whether the history's match agrees with the context further back
+        than the context's own best match (``matches[0]``)."""
+        found = self._found_in_history()
+        if found is None:
+            return False
+        return not matches or self._agreement(matches[0]) < min(found.length, self.AGREEMENT_MAX)
+
+    def sources(self, context: list[int]) -> tuple[int, ...]:
+        """A hint per source that can copy now, the preferred first: the
+        conversation's match (1-4) and the history's (``HISTORY_HINTS`` + 1-3).
+        A drafter that lets the policy choose (draft model + lookup) offers
+        both; alone, lookup drafts from the first (``hint``)."""
         self._extend(context)
         matches = self._matches()
-        found = self._from_history(matches)
+        conversation: int | None = None
+        if matches:
+            m = self._agreement(matches[0])
+            conversation = 1 if m <= 2 else 2 if m == 3 else 3 if m < 8 else 4
+        history: int | None = None
+        found = self._found_in_history()
         if found is not None:
-            bucket = 1 if found.length < 8 else 2 if found.length < 16 else 3
-            return self.HISTORY_HINTS + bucket
-        if not matches:
+            n = found.length
+            history = self.HISTORY_HINTS + (1 if n < 8 else 2 if n < 16 else 3)
+        ordered = [conversation, history]
+        if self._prefers_history(matches):
+            ordered.reverse()
+        return tuple(h for h in ordered if h is not None)
+
+    def select(self, hint: int) -> None:
+        """Copy from the source of ``hint`` (one of ``sources``) this round."""
+        self._selected = (len(self._tokens), hint > self.HISTORY_HINTS)
+
+    def hint(self, context: list[int]) -> int | None:
+        """The preferred source's match length, in buckets: None without a
+        match; in the conversation 1 (2 tokens agree), 2 (3), 3 (4-7), 4 (8
+        and more); in the history 5 (4-7), 6 (8-15), 7 (16). Measured on the
+        F16 target, 8-token drafts, 128-token replies: after a 2-token match
+        1-2.7 of 8 drafts landed and 40-60 % of rounds lost the first; after 8
+        or more, 6.5-7 landed and 1-3 % lost the first. One acceptance
+        estimate for both drafts too long inside copies and too often outside
+        them."""
+        options = self.sources(context)
+        if not options:
             return None
-        m = self._agreement(matches[0])
-        return 1 if m <= 2 else 2 if m == 3 else 3 if m < 8 else 4
+        self.select(options[0])
+        return options[0]
 
     def source(self, hint: int) -> str:
         return self.HISTORY_SOURCE if hint > self.HISTORY_HINTS else self.name
@@ -159,11 +184,19 @@ class PromptLookupDrafter:
             return EMPTY_DRAFT
         return Draft(self._main_chain(self._matches(), n_max))
 
+    def _copies_history(self, matches: list[int]) -> bool:
+        """Whether this round copies from the history: as selected for this
+        context, else where the history's match is preferred."""
+        selected = self._selected
+        if selected is not None and selected[0] == len(self._tokens):
+            return selected[1] and self._found_in_history() is not None
+        return self._prefers_history(matches)
+
     def _main_chain(self, matches: list[int], n: int) -> tuple[int, ...]:
-        """Up to ``n`` tokens that follow the best match, the history's or the context's."""
-        found = self._from_history(matches)
-        if found is not None:
-            assert self.history is not None
+        """Up to ``n`` tokens that follow the chosen match, the history's or the context's."""
+        if self._copies_history(matches):
+            found = self._found_in_history()
+            assert self.history is not None and found is not None
             return self.history.continuation(found.start, n)
         if not matches:
             return ()
@@ -197,7 +230,7 @@ class PromptLookupDrafter:
         child = {(i - 1, tok): i for i, tok in enumerate(main)}
         budget = n_side
         # (the context's best match already is the main chain, unless the history's is)
-        for end in matches if self._from_history(matches) is not None else matches[1:]:
+        for end in matches if self._copies_history(matches) else matches[1:]:
             if budget <= 0:
                 break
             node = -1
