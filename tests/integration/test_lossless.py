@@ -6,7 +6,8 @@ For F16, whose kernels are not batch-invariant, any divergence must sit on a
 near-tie of the target's top two logits. Temperature 1: the joint distribution
 of the first two reply tokens matches the target's exact distribution
 (chi-square), with a draft model, with a deliberately poor draft, with
-prompt lookup, and with both taking turns (``CombinedDrafter``).
+prompt lookup, and with both taking turns (``CombinedDrafter``: the draft
+model's chain, lookup's copy, the copy checked by the draft model).
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ def test_temperature_one_matches_target_distribution(
         drafter.prepare(prompt)
     decoder = SpeculativeDecoder(rt_q8_0, drafter, TakingTurns(3))
     samples: list[tuple[int, int]] = []
-    drafted = accepted = 0
+    drafted = accepted = checked = 0
     sources: set[str] = set()
     for seed in range(500):
         config = GenerationConfig(
@@ -241,11 +242,14 @@ def test_temperature_one_matches_target_distribution(
         drafted += sum(r.n_drafted for r in rounds)
         accepted += sum(r.n_accepted for r in rounds)
         sources |= {r.drafted_by for r in rounds if r.drafted_by}
+        # (a copy the draft model read before sending: draft_checked)
+        checked += sum(1 for r in rounds if r.drafted_by == "prompt lookup" and r.n_draft_synced)
         samples.append((tokens[0], tokens[1] if len(tokens) > 1 else -1))
     if drafter is not None:
         assert drafted > 0
     if isinstance(drafter, CombinedDrafter):
         assert sources == {"draft model", "prompt lookup"}  # both drafted, in turn
+        assert checked > 0  # and lookup's copies went out checked too
     if drafter_kind == "poor-draft":
         assert accepted < drafted  # rejections happened
     p_value = _goodness_of_fit(samples, exact)

@@ -2,8 +2,10 @@
 
 The costs are a CPU's: verifying k tokens costs 1 + 0.2 (k - 1) plain steps,
 a draft-model step 0.3 of one, and reading a token the draft model skipped
-0.1 of one. Hint 0 is the draft model's; hints 101-104 are lookup's buckets
-(``CombinedDrafter``): lookup drafts cost no draft step, only that catch-up.
+0.05 of one. Hint 0 is the draft model's; hints 101-104 are lookup's buckets
+(``CombinedDrafter``): lookup drafts cost no draft step, only that catch-up;
+hints 201-204 the same copies checked by the draft model, which reads each
+in one batch.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ GAMMA_MAX = 8
 MODEL = 0
 LONG_MATCH = CombinedDrafter.LOOKUP_HINTS + 4
 SHORT_MATCH = CombinedDrafter.LOOKUP_HINTS + 1
+LONG_CHECKED = CombinedDrafter.CHECKED_HINTS + 4
 T1 = 0.010
 
 
@@ -27,7 +30,7 @@ def cpu_costs() -> CostModel:
     for k in range(1, GAMMA_MAX + 2):
         c.set_target(k, T1 * (1 + 0.2 * (k - 1)))
     c.t_draft = 0.3 * T1
-    c.catch_up_ratio = 0.1
+    c.catch_up_ratio = 0.05
     return c
 
 
@@ -37,7 +40,8 @@ def controller(mode: str = "adaptive") -> GammaController:
         mode=mode,  # type: ignore[arg-type]
         gamma_max=GAMMA_MAX,
         fixed_gamma=4,
-        free_hint=lambda hint: hint >= CombinedDrafter.LOOKUP_HINTS,
+        free_hint=lambda hint: CombinedDrafter.LOOKUP_HINTS <= hint < CombinedDrafter.CHECKED_HINTS,
+        read_hint=lambda hint: hint >= CombinedDrafter.CHECKED_HINTS,
     )
 
 
@@ -130,3 +134,71 @@ def test_fixed_policies_take_the_drafter_s_preference() -> None:
     learned(ctrl, SHORT_MATCH, 0.1)
     assert ctrl.choose((SHORT_MATCH, MODEL)) == SHORT_MATCH
     assert ctrl.choose((MODEL, LONG_MATCH)) == MODEL
+
+
+def test_a_checked_copy_is_chosen_where_its_landing_pays_for_the_reading() -> None:
+    # Copies that stray (α 0.5) against the same copies cut where the draft
+    # model disagrees (α 0.95): reading 0.1 of a step per token pays for it.
+    ctrl = controller()
+    learned(ctrl, MODEL, 0.7)
+    learned(ctrl, LONG_MATCH, 0.5)
+    learned(ctrl, LONG_CHECKED, 0.95)
+    assert ctrl.choose((LONG_MATCH, LONG_CHECKED, MODEL)) == LONG_CHECKED
+    assert ctrl.next_gamma(LONG_CHECKED) == GAMMA_MAX
+
+
+def test_a_copy_that_lands_anyway_is_not_worth_reading_first() -> None:
+    # Where the copy lands as often unchecked, the check's reading is waste.
+    ctrl = controller()
+    learned(ctrl, MODEL, 0.7)
+    learned(ctrl, LONG_MATCH, 0.95)
+    learned(ctrl, LONG_CHECKED, 0.95)
+    assert ctrl.choose((LONG_CHECKED, LONG_MATCH, MODEL)) == LONG_MATCH
+
+
+def test_where_reading_costs_about_a_draft_step_checked_copies_are_no_option() -> None:
+    # A CPU where the draft model reads a token for 0.7 of a draft step
+    # (measured: Q4_1 SmolLM2, 2 cores): the check would cost what the
+    # model's own chain does, so it is not tried, however well it lands.
+    ctrl = controller()
+    ctrl.costs.catch_up_ratio = 0.7 * ctrl.costs.draft_ratio
+    assert not ctrl.reading_is_cheap()
+    learned(ctrl, MODEL, 0.7)
+    learned(ctrl, LONG_MATCH, 0.5)
+    learned(ctrl, LONG_CHECKED, 0.99)
+    assert ctrl.choose((LONG_CHECKED, LONG_MATCH, MODEL)) in (LONG_MATCH, MODEL)
+    assert ctrl.choose((MODEL, LONG_CHECKED)) == MODEL
+    # (the same for a fixed policy: the drafter's preference among the rest)
+    assert controller("fixed").choose((LONG_CHECKED, LONG_MATCH, MODEL)) == LONG_CHECKED
+    fixed = controller("fixed")
+    fixed.costs.catch_up_ratio = 0.7 * fixed.costs.draft_ratio
+    assert fixed.choose((LONG_CHECKED, LONG_MATCH, MODEL)) == LONG_MATCH
+
+
+def test_a_checked_copy_is_priced_at_reading_its_tokens() -> None:
+    # Reading a token for what a draft step costs: at equal acceptance a
+    # checked copy is expected to pay what the model's own chain does.
+    ctrl = controller()
+    ctrl.costs.catch_up_ratio = ctrl.costs.draft_ratio
+    learned(ctrl, MODEL, 0.9)
+    learned(ctrl, LONG_CHECKED, 0.9)
+    ctrl.next_gamma(LONG_CHECKED)
+    checked = ctrl.decision.expected_speedup
+    ctrl.next_gamma(MODEL)
+    assert checked == pytest.approx(ctrl.decision.expected_speedup, rel=0.05)
+
+
+def test_reading_is_not_taken_for_cheap_before_it_is_measured() -> None:
+    ctrl = controller()
+    ctrl.costs.catch_up_ratio = 0.0  # no prompt read yet
+    assert not ctrl.reading_is_cheap()
+
+
+def test_checked_rounds_leave_the_draft_step_cost_alone_and_the_model_in_step() -> None:
+    ctrl = controller()
+    learned(ctrl, LONG_CHECKED, 0.9)
+    before = ctrl.costs.t_draft
+    gamma = ctrl.next_gamma(LONG_CHECKED)
+    ctrl.observe(spec_round(gamma, gamma, 3 * T1))  # one batch, not γ steps
+    assert ctrl.costs.t_draft == pytest.approx(before)
+    assert ctrl.probe_cost(0) == ctrl.probe_cost(ctrl._behind)  # nothing left to read

@@ -47,7 +47,13 @@ each round where lookup has a match, and ``choose`` takes the one whose best
 round is expected to pay more, each with its own acceptance (by hint) and its
 own cost: a lookup draft costs no draft steps, but the draft model must read
 the tokens it supplied before it drafts again, so each is priced at that
-catch-up (``CostModel.catch_up_cost``).
+catch-up (``CostModel.catch_up_cost``). A lookup copy can also be offered
+checked by the draft model (read in one batch, cut where the model's top
+choice differs): priced at reading γ tokens now, with the acceptance
+learned for checked copies apart. It is an option only where the model
+reads a token for well under a draft step (a GPU, where a batch costs about
+one step); where reading costs about what drafting does (a small quantized
+draft on a CPU) the check costs what the model's own chain does.
 
 Everything here is measured (``gambit.engine.estimates``): ``CostModel`` is
 calibrated at load (``calibrate``) and updated from every round's timings and
@@ -116,6 +122,17 @@ class GammaController:
     # cap it lower. Then a running mean (REPLY_WEIGHT) of the replies' lengths.
     REPLY_PRIOR = 256
     REPLY_WEIGHT = 0.3
+    # A copy checked by the draft model (``ChoosingDrafter.is_read``) is
+    # offered to the choice only where the model reads a token for less than
+    # this share of a draft step, as measured on its reading of prompts.
+    # Where reading costs about what drafting does, the check costs what the
+    # model's own chain does, and trying it costs probes: on this CPU (Q4_1
+    # SmolLM2, 2 cores) offering it made draft model + lookup 0.94x and 0.95x
+    # of the copies alone (F32 ×4, F32). Prompts are read in large batches,
+    # cheaper per token than a copy's 17 (measured here: 0.47 of a step on a
+    # prompt, ~0.7 on 17 tokens), so the bar sits well below; a GPU reads a
+    # batch for about one step (a few hundredths of a step per token).
+    READ_CHEAP_BELOW = 0.25
 
     def __init__(
         self,
@@ -128,11 +145,14 @@ class GammaController:
         fixed_side: int = 0,
         node_max: int | None = None,
         free_hint: Callable[[int], bool] | None = None,
+        read_hint: Callable[[int], bool] | None = None,
     ) -> None:
         """``side_max``: most tree side nodes per round (0: chains only);
         ``node_max``: most draft tokens per round, chain and side nodes
         together (default γ_max + side_max); ``free_hint``: which hints
-        draft at no cost (``ChoosingDrafter.is_free``; None: none do)."""
+        draft at no cost (``ChoosingDrafter.is_free``; None: none do);
+        ``read_hint``: which hints' drafts the draft model reads in one
+        batch (``ChoosingDrafter.is_read``; None: none do)."""
         if gamma_max < 1:
             raise ValueError("gamma_max must be 1 or more")
         self.node_max = gamma_max + side_max if node_max is None else max(1, node_max)
@@ -152,6 +172,7 @@ class GammaController:
         self._hints: dict[int, _HintState] = {}
         self._hint = 0
         self._free_hint = free_hint
+        self._read_hint = read_hint
         # The first reply may probe at once: the prior is only a guess.
         self._tokens_since_probe = self.PROBE_MAX
         self._probing = False
@@ -319,7 +340,8 @@ class GammaController:
         if rnd.n_drafted:
             # Side nodes cost the drafter nothing extra: it decodes its main chain only.
             n_chain = rnd.n_drafted - rnd.n_side
-            if not free:
+            # (a read draft is a batch, not draft steps: it says nothing of a step's cost)
+            if not free and not self._is_read():
                 self.costs.observe_drafting(
                     n_chain, rnd.t_draft_s, rnd.n_draft_synced, rnd.t_draft_synced_s
                 )
@@ -359,6 +381,8 @@ class GammaController:
         option never drafted for first (``next_gamma`` probes it: its
         acceptance is only the prior). Outside the adaptive mode, the
         drafter's preference."""
+        if not self.reading_is_cheap():
+            hints = [h for h in hints if not self._is_read(h)] or hints
         if self.mode != "adaptive" or len(hints) < 2:
             return hints[0]
         chosen, best = hints[0], -np.inf
@@ -375,6 +399,17 @@ class GammaController:
     def _is_free(self, hint: int | None = None) -> bool:
         """Whether the source of ``hint`` (default: the current one) drafts at no cost."""
         return self._free_hint is not None and self._free_hint(self._hint if hint is None else hint)
+
+    def reading_is_cheap(self) -> bool:
+        """Whether the draft model reads a token for well under a draft step
+        (``READ_CHEAP_BELOW``), as measured: then a copy it checks is an option."""
+        c = self.costs
+        return 0.0 < c.catch_up_ratio < self.READ_CHEAP_BELOW * c.draft_ratio
+
+    def _is_read(self, hint: int | None = None) -> bool:
+        """Whether the draft model reads the drafts of ``hint``'s source in
+        one batch (default: the current one's): a copy it checks."""
+        return self._read_hint is not None and self._read_hint(self._hint if hint is None else hint)
 
     # -- the model
     def expected_rate(self, gamma: int, side: int = 0) -> float:
@@ -394,8 +429,8 @@ class GammaController:
         curve, the draft's cost, α or the side gain change. A round that is off
         asks for them five times (measured: ~0.3 ms a round uncached, 3 % of a
         Q8_0 SmolLM2 token on 2 cores, which is most of the floor's loss)."""
-        free = self._is_free(hint)
-        key = (self.costs.curve_key(), self.side_gain, alpha.tobytes(), free)
+        free, read = self._is_free(hint), self._is_read(hint)
+        key = (self.costs.curve_key(), self.side_gain, alpha.tobytes(), free, read)
         cached = self._speedup_cache.get(key)
         if cached is not None:
             return cached
@@ -404,10 +439,15 @@ class GammaController:
         k = g + w + 1  # verification batch sizes
         verify, draft = self.costs.relative_costs(int(k.max()))
         tokens = (1.0 + np.cumsum(np.cumprod(alpha)))[:, None] + w * self.side_gain
-        if free:
+        t1 = self.costs.t1
+        catch_up = self.costs.catch_up_cost(1) / t1 if t1 > 0 else 0.0
+        if read:
+            # The draft model reads the copy in one batch now (with the token
+            # or two before it, as its own chain's first decode does) and is
+            # in step with what the target keeps.
+            costs = verify[k - 1] + g * catch_up
+        elif free:
             # No draft steps; the draft model reads every committed token later.
-            t1 = self.costs.t1
-            catch_up = self.costs.catch_up_cost(1) / t1 if t1 > 0 else 0.0
             costs = verify[k - 1] + tokens * catch_up
         else:
             # CostModel.round_cost, in units of t1, for every (γ, w) at once.

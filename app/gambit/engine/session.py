@@ -308,21 +308,46 @@ class Engine:
     ) -> GammaController:
         """A controller starting from this engine's calibration (and nothing
         learned); ``chain``: drafting chains only, even where trees could be."""
-        costs = self.costs.copy()
-        if spec(self.config.drafter).free:
-            costs.t_draft = 0.0  # (prompt lookup: a dictionary look-up next to a decode)
         tree = self.tree and not chain
         side = self.config.fixed_side if fixed_side is None else fixed_side
-        drafter = self.drafter
+        return self._controller(
+            self.drafter,
+            self.config.drafter,
+            self.costs,
+            mode,
+            fixed_gamma=self.config.gamma if fixed_gamma is None else fixed_gamma,
+            fixed_side=side if tree else 0,
+            tree=tree,
+            node_max=self.node_max,
+        )
+
+    def _controller(
+        self,
+        drafter: Drafter | None,
+        kind: DrafterKind,
+        costs: CostModel,
+        mode: PolicyMode,
+        *,
+        fixed_gamma: int,
+        fixed_side: int,
+        tree: bool,
+        node_max: int,
+    ) -> GammaController:
+        """A controller for ``drafter`` (of ``kind``) from a copy of ``costs``."""
+        own = costs.copy()
+        if spec(kind).free:
+            own.t_draft = 0.0  # (prompt lookup: a dictionary look-up next to a decode)
+        choosing = drafter if isinstance(drafter, ChoosingDrafter) else None
         return GammaController(
-            costs,
+            own,
             mode=mode,
             gamma_max=self.config.gamma_max,
-            fixed_gamma=self.config.gamma if fixed_gamma is None else fixed_gamma,
+            fixed_gamma=fixed_gamma,
             side_max=self.config.tree_nodes - 1 if tree else 0,
-            fixed_side=side if tree else 0,
-            node_max=self.node_max,
-            free_hint=drafter.is_free if isinstance(drafter, ChoosingDrafter) else None,
+            fixed_side=fixed_side,
+            node_max=node_max,
+            free_hint=choosing.is_free if choosing is not None else None,
+            read_hint=choosing.is_read if choosing is not None else None,
         )
 
     @property
@@ -394,20 +419,18 @@ class Engine:
             chosen = self.drafter.model
         else:
             chosen = self.drafter
-        own = costs.copy()
-        if kind.free:
-            own.t_draft = 0.0  # (prompt lookup: a dictionary look-up next to a decode)
         cfg = self.config
-        policy = GammaController(
-            own,
-            mode="adaptive" if gamma is None else "fixed",
-            gamma_max=cfg.gamma_max,
+        policy = self._controller(
+            chosen,
+            drafter,
+            costs,
+            "adaptive" if gamma is None else "fixed",
             fixed_gamma=gamma or cfg.gamma,
-            side_max=cfg.tree_nodes - 1 if tree else 0,
+            fixed_side=0,
+            tree=tree,
             node_max=most_draft_tokens(
                 gamma_max=cfg.gamma_max, tree_nodes=cfg.tree_nodes, tree=tree
             ),
-            free_hint=chosen.is_free if isinstance(chosen, ChoosingDrafter) else None,
         )
         return SpeculativeDecoder(self.target, chosen, policy)
 

@@ -120,3 +120,9 @@ class ChoosingDrafter(Drafter, Protocol):
         """Whether drafting from ``hint``'s source costs no decode (prompt
         lookup): the policy prices such rounds by what follows them instead."""
         ...
+
+    def is_read(self, hint: int) -> bool:
+        """Whether ``hint``'s drafts are read by a draft model in one batch
+        before they are sent (a lookup copy it checks): the policy prices
+        such rounds at that reading, not at draft steps."""
+        ...

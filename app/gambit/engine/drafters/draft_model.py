@@ -118,6 +118,87 @@ class DraftModelDrafter:
         q = None if sampling.greedy else run.q
         return Draft(tuple(run.tokens), q, run.n_synced, run.t_synced_s)
 
+    def draft_checked(
+        self,
+        context: list[int],
+        proposal: tuple[int, ...],
+        n_max: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+    ) -> Draft:
+        """``proposal`` (prompt lookup's copy) as far as this model agrees with
+        it, then this model's own continuation, up to ``n_max`` tokens.
+
+        The model reads the proposal in one batch with what it must catch up
+        on anyway, which costs about one draft step instead of one per token
+        (measured, F32 ×4 + Q4_1 SmolLM2: a batch of 16 ~40 ms against ~11 ms
+        a step), and keeps each copied token while it is the model's own top
+        choice: a copy that strays from the text the model expects (lookup
+        matched boilerplate, then the reply moved on) is cut where it strays,
+        before the target spends a verification on it. Where it strays, the
+        model's token follows and the model drafts on from there.
+
+        Lossless: a kept copied token is a point mass (whether it is kept
+        depends on the context alone); every token the model drew carries its
+        distribution.
+        """
+        sampling = self.sampling or sampling
+        rt = self.runtime
+        view = self._view(context)
+        n_max = min(n_max, rt.n_ctx - len(view))
+        proposal = proposal[: max(0, n_max - 1)]  # room for the model's next token
+        if n_max <= 0:
+            return EMPTY_DRAFT
+        if not proposal:
+            return self.draft(context, n_max, sampling, rng)
+        t0 = time.perf_counter()
+        keep = min(common_prefix_length(rt.kv_tokens, view), len(view) - 1)
+        rt.truncate(keep)
+        pending = view[keep:]
+        rows: np.ndarray
+        if len(pending) + len(proposal) <= rt.n_batch:
+            rt.decode([*pending, *proposal], n_logits=len(proposal) + 1)
+            rows = rt.logits_rows(len(proposal) + 1)
+        else:  # a long catch-up first (after a restart), then the proposal
+            rt.decode(pending)
+            first = rt.logits(-1).copy()
+            rt.decode(list(proposal), all_logits=True)
+            rows = np.vstack([first, rt.logits_rows(len(proposal))])
+        t_synced = time.perf_counter() - t0
+        recent = view[-sampling.repeat_last_n :] if sampling.repeat_penalty != 1.0 else []
+        tokens: list[int] = []
+        q: list[Distribution] = []
+        for i, copied in enumerate(proposal):
+            dist = process(rows[i], sampling, recent + tokens if recent else ())
+            if copied != int(dist.ids[int(np.argmax(dist.probs))]):
+                break
+            tokens.append(copied)
+            q.append(Distribution.point(copied))
+            if rt.is_eog(copied):
+                return self._checked(tokens, q, sampling, len(pending), t_synced)
+        # The model's own token where the copy strayed (or past its end), then on.
+        dist = process(rows[len(tokens)], sampling, recent + tokens if recent else ())
+        rt.truncate(len(view) + len(tokens))
+        while len(tokens) < n_max:
+            tok = dist.sample(rng.random())
+            tokens.append(tok)
+            q.append(dist)
+            if rt.is_eog(tok) or len(tokens) == n_max:
+                break
+            rt.decode([tok])
+            dist = process(rt.logits(-1), sampling, recent + tokens if recent else ())
+        return self._checked(tokens, q, sampling, len(pending), t_synced)
+
+    @staticmethod
+    def _checked(
+        tokens: list[int],
+        q: list[Distribution],
+        sampling: SamplingParams,
+        n_synced: int,
+        t_synced_s: float,
+    ) -> Draft:
+        return Draft(tuple(tokens), None if sampling.greedy else q, n_synced, t_synced_s)
+
     def draft_tree(
         self,
         context: list[int],
