@@ -82,16 +82,18 @@ def test_greedy_prompt_lookup_is_token_identical(
     assert accepted > 0
 
 
+@pytest.mark.parametrize("check_copies", [False, True])
 def test_greedy_draft_model_and_lookup_together_are_token_identical(
-    rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime
+    rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime, check_copies: bool
 ) -> None:
-    # A fixed policy drafts from lookup after a long match and from the draft
-    # model elsewhere: the list and the rewrite give lookup its stretches.
-    spec = SpeculativeDecoder(
-        rt_q8_0, CombinedDrafter(DraftModelDrafter(rt_q4_1), PromptLookupDrafter()), FixedGamma(4)
-    )
+    # A fixed policy drafts from lookup after a long match (its copy checked
+    # by the draft model where that is offered) and from the draft model
+    # elsewhere: the list and the rewrite give lookup its stretches.
+    combined = CombinedDrafter(DraftModelDrafter(rt_q4_1), PromptLookupDrafter(), check_copies)
+    spec = SpeculativeDecoder(rt_q8_0, combined, FixedGamma(4))
     plain = SpeculativeDecoder(rt_q8_0)
     accepted: dict[str, int] = {}
+    checked = 0
     for text in PROMPTS:
         prompt = _prompt(rt_q8_0, text)
         rounds = list(spec.generate(prompt, GREEDY))
@@ -99,8 +101,10 @@ def test_greedy_draft_model_and_lookup_together_are_token_identical(
         for r in rounds:
             if r.drafted_by:
                 accepted[r.drafted_by] = accepted.get(r.drafted_by, 0) + r.n_accepted
+        checked += sum(1 for r in rounds if r.drafted_by == "prompt lookup" and r.n_draft_synced)
     assert set(accepted) == {"draft model", "prompt lookup"}, accepted
     assert min(accepted.values()) > 0
+    assert (checked > 0) == check_copies  # (copies as they are: the model reads nothing)
 
 
 def test_f16_divergence_only_on_near_ties(rt_f16: ModelRuntime, rt_q4_1: ModelRuntime) -> None:

@@ -188,6 +188,28 @@ def test_a_checked_copy_is_priced_at_reading_its_tokens() -> None:
     assert checked == pytest.approx(ctrl.decision.expected_speedup, rel=0.05)
 
 
+def test_checked_copies_are_priced_at_their_own_measured_rate() -> None:
+    # Reading a token for 0.05 of a step (a GPU): at equal acceptance the
+    # checked copy beats the model's chain of 0.3-step draws...
+    ctrl = controller()
+    learned(ctrl, MODEL, 0.9)
+    learned(ctrl, LONG_CHECKED, 0.9)
+    assert ctrl.choose((MODEL, LONG_CHECKED)) == LONG_CHECKED
+    # ...until checked rounds are timed at 0.4 of a step per token sent (the
+    # model drafting on after strays): then they are no option at all.
+    gamma = ctrl.next_gamma(LONG_CHECKED)
+    for _ in range(30):
+        ctrl.observe(spec_round(gamma, gamma, 0.4 * T1 * gamma))
+    assert ctrl.costs.read_ratio == pytest.approx(0.4, rel=0.05)
+    assert not ctrl.reading_is_cheap()
+    assert ctrl.choose((LONG_CHECKED, MODEL)) == MODEL
+    learned(ctrl, LONG_CHECKED, 0.9)  # (the rounds above all landed: equal acceptance again)
+    ctrl.next_gamma(LONG_CHECKED)
+    checked = ctrl.decision.expected_speedup
+    ctrl.next_gamma(MODEL)
+    assert checked < ctrl.decision.expected_speedup
+
+
 def test_reading_is_not_taken_for_cheap_before_it_is_measured() -> None:
     ctrl = controller()
     ctrl.costs.catch_up_ratio = 0.0  # no prompt read yet

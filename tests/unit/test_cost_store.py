@@ -17,6 +17,7 @@ def measured(k_max: int = 9) -> CostModel:
         c.set_target(k, 0.010 * (1 + 0.2 * (k - 1)))
     c.t_draft = 0.001
     c.catch_up_ratio = 0.04
+    c.read_ratio = 0.06
     c.draft_extra_ratio = 0.02
     return c
 
@@ -30,6 +31,7 @@ def test_costs_come_back_as_they_were_kept(tmp_path: Path) -> None:
         assert back.verify_cost(k) == pytest.approx(measured().verify_cost(k))
     assert back.t_draft == pytest.approx(0.001)
     assert back.catch_up_ratio == pytest.approx(0.04)
+    assert back.read_ratio == pytest.approx(0.06)
     assert back.draft_extra_ratio == pytest.approx(0.02)
     assert store.load("another pair", 9) is None
 

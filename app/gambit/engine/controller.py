@@ -340,8 +340,11 @@ class GammaController:
         if rnd.n_drafted:
             # Side nodes cost the drafter nothing extra: it decodes its main chain only.
             n_chain = rnd.n_drafted - rnd.n_side
-            # (a read draft is a batch, not draft steps: it says nothing of a step's cost)
-            if not free and not self._is_read():
+            if self._is_read():
+                # A checked copy: a batch and the steps after a stray, priced
+                # per token apart (they say nothing of one step's cost).
+                self.costs.observe_read(rnd.n_drafted, rnd.t_draft_s)
+            elif not free:
                 self.costs.observe_drafting(
                     n_chain, rnd.t_draft_s, rnd.n_draft_synced, rnd.t_draft_synced_s
                 )
@@ -404,7 +407,8 @@ class GammaController:
         """Whether the draft model reads a token for well under a draft step
         (``READ_CHEAP_BELOW``), as measured: then a copy it checks is an option."""
         c = self.costs
-        return 0.0 < c.catch_up_ratio < self.READ_CHEAP_BELOW * c.draft_ratio
+        per_token = c.read_ratio or c.catch_up_ratio
+        return 0.0 < per_token < self.READ_CHEAP_BELOW * c.draft_ratio
 
     def _is_read(self, hint: int | None = None) -> bool:
         """Whether the draft model reads the drafts of ``hint``'s source in
@@ -443,9 +447,10 @@ class GammaController:
         catch_up = self.costs.catch_up_cost(1) / t1 if t1 > 0 else 0.0
         if read:
             # The draft model reads the copy in one batch now (with the token
-            # or two before it, as its own chain's first decode does) and is
-            # in step with what the target keeps.
-            costs = verify[k - 1] + g * catch_up
+            # or two before it, as its own chain's first decode does), drafts
+            # where it strays, and is in step with what the target keeps.
+            read_per_token = self.costs.read_cost(1) / t1 if t1 > 0 else 0.0
+            costs = verify[k - 1] + g * read_per_token
         elif free:
             # No draft steps; the draft model reads every committed token later.
             costs = verify[k - 1] + tokens * catch_up

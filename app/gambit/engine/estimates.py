@@ -23,7 +23,7 @@ PRIOR_WEIGHT = 0.25  # the acceptance prior, in observations
 # in outcomes (AcceptanceModel.estimate).
 POOL_WEIGHT = 4.0
 # CostModel's figures besides the t(k) curve that a stored calibration keeps.
-_STORED_RATIOS = ("draft_ratio", "draft_extra_ratio", "catch_up_ratio")
+_STORED_RATIOS = ("draft_ratio", "draft_extra_ratio", "catch_up_ratio", "read_ratio")
 
 
 class CostModel:
@@ -61,6 +61,10 @@ class CostModel:
         # One token a drafter catches up on, decoded in a batch / t1 (0: not
         # measured yet; half a draft step is assumed then).
         self.catch_up_ratio = 0.0
+        # A copy the draft model checks, per token sent / t1: its reading in
+        # one batch and the steps it drafts where the copy strays (0: not
+        # measured yet; reading alone, the catch-up's rate, is assumed then).
+        self.read_ratio = 0.0
         self._smoothed: tuple[bytes, np.ndarray] | None = None  # (its key, the curve)
 
     @property
@@ -86,6 +90,7 @@ class CostModel:
         other.draft_ratio = self.draft_ratio
         other._draft_seen = self._draft_seen
         other.catch_up_ratio = self.catch_up_ratio
+        other.read_ratio = self.read_ratio
         other.draft_extra_ratio = self.draft_extra_ratio
         return other
 
@@ -118,7 +123,7 @@ class CostModel:
         for k, r in sorted(ratio.items()):
             if 1 < k <= k_max and r > 0:
                 costs.set_target(k, r * t1)
-        costs.draft_ratio, costs.draft_extra_ratio, costs.catch_up_ratio = extra
+        costs.draft_ratio, costs.draft_extra_ratio, costs.catch_up_ratio, costs.read_ratio = extra
         costs._draft_seen = 1  # the stored figure weighs as one calibration
         return costs
 
@@ -184,6 +189,22 @@ class CostModel:
         else:
             self.catch_up_ratio = ratio
 
+    def observe_read(self, n_tokens: int, seconds: float) -> None:
+        """A checked copy of ``n_tokens`` took ``seconds`` to draft."""
+        if n_tokens <= 0 or seconds <= 0 or self.t1 <= 0:
+            return
+        ratio = seconds / n_tokens / self.t1
+        if self.read_ratio:
+            self.read_ratio += COST_WEIGHT * (ratio - self.read_ratio)
+        else:
+            self.read_ratio = ratio
+
+    def read_cost(self, n_tokens: int) -> float:
+        """Seconds to draft a checked copy of ``n_tokens``: as measured, else
+        the catch-up's rate (a prompt's reading, in large batches: a floor)."""
+        ratio = self.read_ratio or self.catch_up_ratio or self.draft_ratio / 2
+        return n_tokens * ratio * self.t1
+
     def observe_draft_extra(self, seconds: float) -> None:
         """A round's short catch-up took ``seconds`` beyond one draft step."""
         if self.t1 <= 0:
@@ -231,10 +252,11 @@ class CostModel:
         ratio = self.catch_up_ratio or self.draft_ratio / 2
         return n_tokens * ratio * self.t1
 
-    def curve_key(self) -> tuple[bool, bytes, float, float, float]:
+    def curve_key(self) -> tuple[bool, bytes, float, float, float, float]:
         """What ratios of costs depend on (not t1 itself): equal keys, equal
-        ``relative_costs``, ``draft_extra_ratio`` and catch-up per token."""
-        ratios = (self.draft_ratio, self.draft_extra_ratio, self.catch_up_ratio)
+        ``relative_costs``, ``draft_extra_ratio``, catch-up and checked
+        copies per token."""
+        ratios = (self.draft_ratio, self.draft_extra_ratio, self.catch_up_ratio, self.read_ratio)
         return (self.t1 > 0, self._raw_key(), *ratios)
 
     def _raw_key(self) -> bytes:
