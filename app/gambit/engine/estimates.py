@@ -26,6 +26,11 @@ POOL_WEIGHT = 4.0
 _STORED_RATIOS = ("draft_ratio", "draft_extra_ratio", "catch_up_ratio", "read_ratio")
 
 
+def _running(mean: float, value: float) -> float:
+    """A running mean of per-token costs (COST_WEIGHT); the first value alone."""
+    return mean + COST_WEIGHT * (value - mean) if mean else value
+
+
 class CostModel:
     """Running estimates of t_target(k), k = 1..k_max, and of one draft step.
 
@@ -183,21 +188,13 @@ class CostModel:
         """A drafter decoded ``n_tokens`` it had skipped, in ``seconds``."""
         if n_tokens <= 0 or seconds <= 0 or self.t1 <= 0:
             return
-        ratio = seconds / n_tokens / self.t1
-        if self.catch_up_ratio:
-            self.catch_up_ratio += COST_WEIGHT * (ratio - self.catch_up_ratio)
-        else:
-            self.catch_up_ratio = ratio
+        self.catch_up_ratio = _running(self.catch_up_ratio, seconds / n_tokens / self.t1)
 
     def observe_read(self, n_tokens: int, seconds: float) -> None:
         """A checked copy of ``n_tokens`` took ``seconds`` to draft."""
         if n_tokens <= 0 or seconds <= 0 or self.t1 <= 0:
             return
-        ratio = seconds / n_tokens / self.t1
-        if self.read_ratio:
-            self.read_ratio += COST_WEIGHT * (ratio - self.read_ratio)
-        else:
-            self.read_ratio = ratio
+        self.read_ratio = _running(self.read_ratio, seconds / n_tokens / self.t1)
 
     def read_cost(self, n_tokens: int) -> float:
         """Seconds to draft a checked copy of ``n_tokens``: as measured, else
