@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gambit.engine.controller import GammaController
+from gambit.engine.controller_learning import RoundLearning, SourceKind
 from gambit.engine.estimates import AcceptanceModel, CostModel, chain_speedup
 from gambit.engine.reply import Round
 
@@ -64,7 +65,7 @@ def test_expected_tokens_formula() -> None:
 def test_high_acceptance_cheap_verification_drafts_long() -> None:
     # GPU-like: a batch costs barely more than one token; a free drafter.
     ctrl = with_alpha(controller(costs(slope=0.02)), 0.9)
-    gamma = ctrl.next_gamma()
+    gamma = ctrl.decide_gamma()
     assert gamma >= 6
     assert ctrl.decision.expected_speedup > 2.0
     assert ctrl.decision.reason.startswith("on:")
@@ -72,10 +73,10 @@ def test_high_acceptance_cheap_verification_drafts_long() -> None:
 
 def test_low_acceptance_switches_off() -> None:
     ctrl = with_alpha(controller(costs(slope=0.2, t_draft=0.004)), 0.3)
-    assert ctrl.next_gamma() >= 1  # starts on (prior) for one round ...
+    assert ctrl.decide_gamma() >= 1  # starts on (prior) for one round ...
     ctrl.observe(plain_round(0.010))  # ... any observation re-evaluates
     assert not ctrl.on
-    assert ctrl.next_gamma() == 0
+    assert ctrl.decide_gamma() == 0
     assert ctrl.decision.reason.startswith("off:")
     assert ctrl.decision.best_speedup < 1.0
 
@@ -86,12 +87,12 @@ def test_costly_verification_switches_off_even_with_good_drafts() -> None:
     ctrl = with_alpha(controller(costs(slope=0.45, t_draft=0.006)), 0.9)
     # The first reply re-measures the batch costs with one probe (the load-time
     # calibration may have been disturbed) ...
-    probe = ctrl.next_gamma()
+    probe = ctrl.decide_gamma()
     assert probe == ctrl.probe_gamma
     ctrl.observe(spec_round(probe, probe, 0.006 * probe, 0.010 * (1 + 0.45 * probe)))
     # ... which confirms them: off, and no more probes for PROBE_MAX tokens.
     for _ in range(GammaController.PROBE_MAX - 10):
-        assert ctrl.next_gamma() == 0
+        assert ctrl.decide_gamma() == 0
         ctrl.observe(plain_round(0.010))
     assert ctrl.decision.reason.startswith("off: cannot pay here")
     assert ctrl.decision.best_speedup < 1.0
@@ -101,7 +102,7 @@ def test_gamma_grows_with_acceptance() -> None:
     chosen = []
     for alpha in (0.5, 0.7, 0.85, 0.95):
         ctrl = with_alpha(controller(costs(slope=0.1, t_draft=0.001)), alpha)
-        chosen.append(ctrl.next_gamma())
+        chosen.append(ctrl.decide_gamma())
     assert chosen == sorted(chosen)
     assert chosen[-1] > chosen[0]
 
@@ -117,7 +118,7 @@ def test_probes_while_off_and_recovers_when_text_turns_predictable() -> None:
     tokens = 0
     wasted = 0.0
     for _ in range(2000):
-        gamma = ctrl.next_gamma()
+        gamma = ctrl.decide_gamma()
         if gamma:
             intervals.append(tokens)
             tokens = 0
@@ -132,7 +133,7 @@ def test_probes_while_off_and_recovers_when_text_turns_predictable() -> None:
     assert wasted <= GammaController.PROBE_BUDGET * 2000 * 0.010 * 1.1
     # The text turns predictable: probes succeed, acceptance climbs, it switches on.
     for _ in range(1000):
-        gamma = ctrl.next_gamma()
+        gamma = ctrl.decide_gamma()
         if gamma:
             ctrl.observe(spec_round(gamma, gamma, 0.001 * gamma, 0.012))
         else:
@@ -142,9 +143,9 @@ def test_probes_while_off_and_recovers_when_text_turns_predictable() -> None:
     assert ctrl.on
     # Drafts keep landing: γ grows past the probe's length.
     for _ in range(100):
-        gamma = ctrl.next_gamma()
+        gamma = ctrl.decide_gamma()
         ctrl.observe(spec_round(gamma, gamma, 0.001 * gamma, 0.010 * (1 + 0.1 * gamma)))
-    assert ctrl.next_gamma() >= 5
+    assert ctrl.decide_gamma() >= 5
 
 
 def test_costly_catch_up_waits_for_the_start_of_a_reply() -> None:
@@ -158,7 +159,7 @@ def test_costly_catch_up_waits_for_the_start_of_a_reply() -> None:
     assert not ctrl.on
     probes = 0
     for _ in range(300):
-        gamma = ctrl.next_gamma()
+        gamma = ctrl.decide_gamma()
         probes += gamma > 0
         ctrl.observe(spec_round(gamma, 0, 0.004 * gamma, 0.012) if gamma else plain_round(0.010))
     assert probes == 0
@@ -167,7 +168,7 @@ def test_costly_catch_up_waits_for_the_start_of_a_reply() -> None:
     ctrl.start_reply(300)
     assert ctrl.decide_reading()
     ctrl.observe_reading(300, 0.0)
-    assert ctrl.next_gamma() == ctrl.probe_gamma > 0
+    assert ctrl.decide_gamma() == ctrl.probe_gamma > 0
 
 
 def test_a_few_successful_probes_switch_speculation_on() -> None:
@@ -178,7 +179,7 @@ def test_a_few_successful_probes_switch_speculation_on() -> None:
     ctrl.observe_reading(100, 0.0)
     assert not ctrl.on
     for _ in range(2):
-        gamma = ctrl.next_gamma()
+        gamma = ctrl.decide_gamma()
         assert gamma > 0
         ctrl.observe(spec_round(gamma, gamma, 0.004 * gamma, 0.010 * (1 + 0.3 * gamma)))
         ctrl._tokens_since_probe = GammaController.PROBE_MAX  # the next probe is due
@@ -202,10 +203,10 @@ def test_fixed_and_off_modes() -> None:
     fixed = with_alpha(controller(costs(slope=0.45, t_draft=0.006), mode="fixed",
                                        fixed_gamma=4), 0.1)  # fmt: skip
     fixed.observe(plain_round(0.010))
-    assert fixed.next_gamma() == 4  # even when it loses
+    assert fixed.decide_gamma() == 4  # even when it loses
     assert fixed.decision.expected_speedup < 1.0
     off = with_alpha(controller(costs(slope=0.02), mode="off"), 0.99)
-    assert off.next_gamma() == 0
+    assert off.decide_gamma() == 0
     assert off.decision.best_speedup > 2.0  # it knows what it is missing
 
 
@@ -303,9 +304,9 @@ def tree_round(
 def test_cheap_batches_buy_side_nodes_within_the_node_budget() -> None:
     # GPU-like: a batch of 12 costs 5 % more than one token.
     ctrl = with_alpha(controller(tree_costs(slope=0.005), side_max=7, node_max=8), 0.7)
-    ctrl.side_gain = 0.3
-    gamma = ctrl.next_gamma()
-    side = ctrl.next_side_nodes()
+    ctrl.learning.side_gain = 0.3
+    gamma = ctrl.decide_gamma()
+    side = ctrl.decided_side_nodes()
     assert gamma >= 1 and side >= 1
     assert gamma + side <= 8
     assert ctrl.decision.side == side
@@ -314,32 +315,32 @@ def test_cheap_batches_buy_side_nodes_within_the_node_budget() -> None:
 def test_costly_batches_keep_chains() -> None:
     # This machine's CPU: every extra token in the batch costs ~45 % of a token.
     ctrl = with_alpha(controller(tree_costs(slope=0.45), side_max=7, node_max=8), 0.8)
-    ctrl.side_gain = 0.3
-    assert ctrl.next_gamma() >= 1
-    assert ctrl.next_side_nodes() == 0
+    ctrl.learning.side_gain = 0.3
+    assert ctrl.decide_gamma() >= 1
+    assert ctrl.decided_side_nodes() == 0
 
 
 def test_side_gain_is_learned_from_tree_rounds() -> None:
     ctrl = controller(tree_costs(slope=0.005), side_max=7, node_max=8)
-    assert ctrl.side_gain == GammaController.SIDE_GAIN_PRIOR
+    assert ctrl.learning.side_gain == RoundLearning.SIDE_GAIN_PRIOR
     for _ in range(40):
         ctrl.observe(tree_round(gamma=3, n_side=2, chain_accepted=1, side_gain=1))
-    assert ctrl.side_gain == pytest.approx(0.5, abs=0.01)  # 1 token per 2 side nodes
+    assert ctrl.learning.side_gain == pytest.approx(0.5, abs=0.01)  # 1 token per 2 side nodes
     for _ in range(40):
         ctrl.observe(tree_round(gamma=3, n_side=4, chain_accepted=1, side_gain=0))
-    assert ctrl.side_gain < 0.01
+    assert ctrl.learning.side_gain < 0.01
     # The chain's own acceptance saw only the main chain: 1 of 2 positions each time.
     assert ctrl.acceptance.alpha[0] > 0.95 and ctrl.acceptance.alpha[1] < 0.05
     assert ctrl.acceptance.estimate()[1] < 0.15  # (shrunk a little towards the pool)
-    assert ctrl.next_gamma() >= 1
-    assert ctrl.next_side_nodes() == 0  # side nodes that never win are not bought
+    assert ctrl.decide_gamma() >= 1
+    assert ctrl.decided_side_nodes() == 0  # side nodes that never win are not bought
 
 
 def test_fixed_tree_shape() -> None:
     ctrl = controller(
         tree_costs(slope=0.45), mode="fixed", fixed_gamma=3, side_max=7, fixed_side=2, node_max=8
     )
-    assert (ctrl.next_gamma(), ctrl.next_side_nodes()) == (3, 2)
+    assert (ctrl.decide_gamma(), ctrl.decided_side_nodes()) == (3, 2)
     assert "3 + 2 side" in ctrl.decision.reason
 
 
@@ -356,20 +357,20 @@ def test_each_hint_learns_its_own_acceptance() -> None:
     # matches (hint 1) fail, drafts inside long copied stretches (hint 4) land.
     ctrl = controller(costs(slope=0.3))
     for _ in range(30):
-        gamma = ctrl.next_gamma(hint=1)
+        gamma = ctrl.decide_gamma(hint=1)
         if gamma:
             ctrl.observe(spec_round(gamma, 0, 0.0, 0.010 * (1 + 0.3 * gamma)))
         else:
             ctrl.observe(plain_round(0.010))
-    assert ctrl.next_gamma(hint=1) == 0
+    assert ctrl.decide_gamma(hint=1) == 0
     # The first round with a new hint is a probe, whatever the budget says ...
-    probe = ctrl.next_gamma(hint=4)
+    probe = ctrl.decide_gamma(hint=4)
     assert probe == ctrl.probe_gamma > 0
     ctrl.observe(spec_round(probe, probe, 0.0, 0.010 * (1 + 0.3 * probe)))
     # ... and what it learns switches speculation on for that hint only.
-    assert ctrl.next_gamma(hint=4) >= 4
+    assert ctrl.decide_gamma(hint=4) >= 4
     assert ctrl.decision.reason.startswith("on:")
-    assert ctrl.next_gamma(hint=1) == 0
+    assert ctrl.decide_gamma(hint=1) == 0
     assert ctrl.acceptance.alpha[0] < 0.5
 
 
@@ -410,20 +411,20 @@ def test_two_early_rejections_do_not_switch_a_paying_draft_off() -> None:
         t_verify = c.verify_cost(gamma + 1)
         ctrl.observe(spec_round(gamma, accepted, gamma * 0.49 * t1, t_verify))
 
-    gamma = ctrl.next_gamma()  # never tried: a probe
+    gamma = ctrl.decide_gamma()  # never tried: a probe
     run(gamma, gamma)
     for _ in range(4):
-        gamma = ctrl.next_gamma()
+        gamma = ctrl.decide_gamma()
         run(gamma, gamma)
     assert ctrl.on
     # Two rejections at the first position in a row: 2 in 7 is what its own
     # outcomes say (α_1 ≈ 0.71, where drafting barely pays), but 7 rounds say little.
     for _ in range(2):
-        run(ctrl.next_gamma(), 0)
+        run(ctrl.decide_gamma(), 0)
     assert ctrl.acceptance.alpha[0] == pytest.approx(0.71, abs=0.01)
-    assert float(ctrl._speedups(ctrl.acceptance.alpha).max()) < 1.05
+    assert float(ctrl.pricing.speedups(ctrl.acceptance.alpha, SourceKind.MODEL).max()) < 1.05
     assert ctrl.on
-    assert ctrl.next_gamma() > 0
+    assert ctrl.decide_gamma() > 0
 
 
 def test_steady_rejections_still_switch_off_within_a_few_rounds() -> None:
@@ -431,12 +432,12 @@ def test_steady_rejections_still_switch_off_within_a_few_rounds() -> None:
     ctrl = controller(c)
     t1 = c.verify_cost(1)
     for _ in range(6):  # predictable text: on
-        gamma = ctrl.next_gamma()
+        gamma = ctrl.decide_gamma()
         ctrl.observe(spec_round(gamma, gamma, gamma * 0.49 * t1, c.verify_cost(gamma + 1)))
     assert ctrl.on
     rounds = 0
     while ctrl.on:  # then nothing lands
-        gamma = ctrl.next_gamma()
+        gamma = ctrl.decide_gamma()
         ctrl.observe(spec_round(gamma, 0, gamma * 0.49 * t1, c.verify_cost(gamma + 1)))
         rounds += 1
         assert rounds < 8
@@ -469,7 +470,9 @@ def test_the_catch_up_beyond_a_step_is_priced_per_round() -> None:
     assert c.t_draft == pytest.approx(0.004)
     assert c.round_cost(4, 5) - c.verify_cost(5) - 4 * c.t_draft == pytest.approx(0.003, rel=0.01)
     # A round of γ = 4 is priced at what it takes: 19 ms of drafting.
-    expected_cost = ctrl.acceptance.expected_tokens(4) / ctrl.expected_rate(4)
+    expected_cost = ctrl.acceptance.expected_tokens(4) / ctrl.pricing.expected_rate(
+        ctrl.acceptance, 4
+    )
     assert expected_cost == pytest.approx(0.019 + c.verify_cost(5), rel=0.01)
 
 
@@ -484,4 +487,6 @@ def test_chain_speedup_is_the_controller_s_model_with_one_acceptance(
     c = costs(slope=slope, t_draft=t_draft)
     ctrl = controller(c.copy(), prior_alpha=alpha)
     for gamma in range(1, GAMMA_MAX + 1):
-        assert chain_speedup(c, alpha, gamma) == pytest.approx(ctrl.expected_speedup(gamma))
+        assert chain_speedup(c, alpha, gamma) == pytest.approx(
+            ctrl.pricing.expected_speedup(ctrl.acceptance, gamma)
+        )

@@ -47,7 +47,7 @@ def controller(mode: str = "adaptive") -> GammaController:
 
 def learned(ctrl: GammaController, hint: int, alpha: float) -> None:
     """As if ``hint``'s rounds had shown acceptance ``alpha`` many times."""
-    ctrl.next_gamma(hint)
+    ctrl.decide_gamma(hint)
     ctrl.acceptance.alpha[:] = alpha
     ctrl.acceptance.seen[:] = 20
     ctrl.on = True
@@ -68,7 +68,7 @@ def test_a_long_match_that_lands_is_chosen_over_the_draft_model() -> None:
     learned(ctrl, LONG_MATCH, 0.95)
     assert ctrl.choose((MODEL, LONG_MATCH)) == LONG_MATCH
     assert ctrl.choose((LONG_MATCH, MODEL)) == LONG_MATCH  # whatever the drafter prefers
-    assert ctrl.next_gamma(LONG_MATCH) == GAMMA_MAX
+    assert ctrl.decide_gamma(LONG_MATCH) == GAMMA_MAX
 
 
 def test_a_short_match_that_misses_leaves_the_round_to_the_draft_model() -> None:
@@ -76,7 +76,7 @@ def test_a_short_match_that_misses_leaves_the_round_to_the_draft_model() -> None
     learned(ctrl, MODEL, 0.7)
     learned(ctrl, SHORT_MATCH, 0.2)
     assert ctrl.choose((SHORT_MATCH, MODEL)) == MODEL
-    assert ctrl.next_gamma(MODEL) > 0
+    assert ctrl.decide_gamma(MODEL) > 0
 
 
 def test_equal_acceptance_goes_to_the_source_that_costs_no_draft_steps() -> None:
@@ -84,9 +84,9 @@ def test_equal_acceptance_goes_to_the_source_that_costs_no_draft_steps() -> None
     learned(ctrl, MODEL, 0.8)
     learned(ctrl, LONG_MATCH, 0.8)
     assert ctrl.choose((MODEL, LONG_MATCH)) == LONG_MATCH
-    ctrl.next_gamma(LONG_MATCH)
+    ctrl.decide_gamma(LONG_MATCH)
     free = ctrl.decision.expected_speedup
-    ctrl.next_gamma(MODEL)
+    ctrl.decide_gamma(MODEL)
     assert free > ctrl.decision.expected_speedup > 1.0
 
 
@@ -97,9 +97,9 @@ def test_the_catch_up_a_lookup_round_leaves_is_priced() -> None:
     ctrl.costs.catch_up_ratio = 0.3
     learned(ctrl, MODEL, 0.8)
     learned(ctrl, LONG_MATCH, 0.8)
-    ctrl.next_gamma(LONG_MATCH)
+    ctrl.decide_gamma(LONG_MATCH)
     free = ctrl.decision.expected_speedup
-    ctrl.next_gamma(MODEL)
+    ctrl.decide_gamma(MODEL)
     assert free == pytest.approx(ctrl.decision.expected_speedup, rel=0.05)
 
 
@@ -107,7 +107,7 @@ def test_an_option_never_drafted_for_is_tried_first() -> None:
     ctrl = controller()
     learned(ctrl, MODEL, 0.9)
     assert ctrl.choose((MODEL, SHORT_MATCH)) == SHORT_MATCH
-    assert ctrl.next_gamma(SHORT_MATCH) == ctrl.probe_gamma
+    assert ctrl.decide_gamma(SHORT_MATCH) == ctrl.probe_gamma
 
 
 def test_a_source_that_is_off_loses_to_one_that_pays() -> None:
@@ -123,7 +123,7 @@ def test_lookup_rounds_leave_the_draft_step_cost_alone() -> None:
     ctrl = controller()
     learned(ctrl, LONG_MATCH, 0.9)
     before = ctrl.costs.t_draft
-    gamma = ctrl.next_gamma(LONG_MATCH)
+    gamma = ctrl.decide_gamma(LONG_MATCH)
     ctrl.observe(spec_round(gamma, gamma, 0.00001))  # a dictionary look-up: next to nothing
     assert ctrl.costs.t_draft == pytest.approx(before)
 
@@ -144,7 +144,7 @@ def test_a_checked_copy_is_chosen_where_its_landing_pays_for_the_reading() -> No
     learned(ctrl, LONG_MATCH, 0.5)
     learned(ctrl, LONG_CHECKED, 0.95)
     assert ctrl.choose((LONG_MATCH, LONG_CHECKED, MODEL)) == LONG_CHECKED
-    assert ctrl.next_gamma(LONG_CHECKED) == GAMMA_MAX
+    assert ctrl.decide_gamma(LONG_CHECKED) == GAMMA_MAX
 
 
 def test_a_copy_that_lands_anyway_is_not_worth_reading_first() -> None:
@@ -162,7 +162,7 @@ def test_where_reading_costs_about_a_draft_step_checked_copies_are_no_option() -
     # model's own chain does, so it is not tried, however well it lands.
     ctrl = controller()
     ctrl.costs.catch_up_ratio = 0.7 * ctrl.costs.draft_ratio
-    assert not ctrl.reading_is_cheap()
+    assert not ctrl.pricing.reading_is_cheap()
     learned(ctrl, MODEL, 0.7)
     learned(ctrl, LONG_MATCH, 0.5)
     learned(ctrl, LONG_CHECKED, 0.99)
@@ -182,9 +182,9 @@ def test_a_checked_copy_is_priced_at_reading_its_tokens() -> None:
     ctrl.costs.catch_up_ratio = ctrl.costs.draft_ratio
     learned(ctrl, MODEL, 0.9)
     learned(ctrl, LONG_CHECKED, 0.9)
-    ctrl.next_gamma(LONG_CHECKED)
+    ctrl.decide_gamma(LONG_CHECKED)
     checked = ctrl.decision.expected_speedup
-    ctrl.next_gamma(MODEL)
+    ctrl.decide_gamma(MODEL)
     assert checked == pytest.approx(ctrl.decision.expected_speedup, rel=0.05)
 
 
@@ -197,30 +197,30 @@ def test_checked_copies_are_priced_at_their_own_measured_rate() -> None:
     assert ctrl.choose((MODEL, LONG_CHECKED)) == LONG_CHECKED
     # ...until checked rounds are timed at 0.4 of a step per token sent (the
     # model drafting on after strays): then they are no option at all.
-    gamma = ctrl.next_gamma(LONG_CHECKED)
+    gamma = ctrl.decide_gamma(LONG_CHECKED)
     for _ in range(30):
         ctrl.observe(spec_round(gamma, gamma, 0.4 * T1 * gamma))
     assert ctrl.costs.read_ratio == pytest.approx(0.4, rel=0.05)
-    assert not ctrl.reading_is_cheap()
+    assert not ctrl.pricing.reading_is_cheap()
     assert ctrl.choose((LONG_CHECKED, MODEL)) == MODEL
     learned(ctrl, LONG_CHECKED, 0.9)  # (the rounds above all landed: equal acceptance again)
-    ctrl.next_gamma(LONG_CHECKED)
+    ctrl.decide_gamma(LONG_CHECKED)
     checked = ctrl.decision.expected_speedup
-    ctrl.next_gamma(MODEL)
+    ctrl.decide_gamma(MODEL)
     assert checked < ctrl.decision.expected_speedup
 
 
 def test_reading_is_not_taken_for_cheap_before_it_is_measured() -> None:
     ctrl = controller()
     ctrl.costs.catch_up_ratio = 0.0  # no prompt read yet
-    assert not ctrl.reading_is_cheap()
+    assert not ctrl.pricing.reading_is_cheap()
 
 
 def test_checked_rounds_leave_the_draft_step_cost_alone_and_the_model_in_step() -> None:
     ctrl = controller()
     learned(ctrl, LONG_CHECKED, 0.9)
     before = ctrl.costs.t_draft
-    gamma = ctrl.next_gamma(LONG_CHECKED)
+    gamma = ctrl.decide_gamma(LONG_CHECKED)
     ctrl.observe(spec_round(gamma, gamma, 3 * T1))  # one batch, not γ steps
     assert ctrl.costs.t_draft == pytest.approx(before)
-    assert ctrl.probe_cost(0) == ctrl.probe_cost(ctrl._behind)  # nothing left to read
+    assert ctrl.probe_cost(0) == ctrl.probe_cost(ctrl.learning.behind)  # nothing left to read

@@ -9,6 +9,7 @@ import pytest
 from test_controller import controller, costs, plain_round, spec_round, with_alpha
 
 from gambit.engine.controller import GammaController
+from gambit.engine.controller_learning import RoundLearning
 from gambit.engine.reply import StopReason
 
 
@@ -19,7 +20,7 @@ def draft_model_controller(alpha: float = 0.95) -> GammaController:
     c.catch_up_ratio = 0.25
     ctrl = with_alpha(controller(c), alpha)
     ctrl.observe(spec_round(4, 4, 0.016, 0.020))  # a round as the costs say
-    ctrl.next_gamma()
+    ctrl.decide_gamma()
     return ctrl
 
 
@@ -39,14 +40,14 @@ def test_a_long_prompt_that_could_not_pay_is_not_read() -> None:
     ctrl.start_reply(300)
     assert not ctrl.decide_reading(300, horizon=128)
     for _ in range(5):  # the whole reply decodes plainly, and says why
-        assert ctrl.next_gamma() == 0
+        assert ctrl.decide_gamma() == 0
         assert ctrl.decision.reason.startswith("off for this reply: reading the prompt (300 tokens")
         ctrl.observe(plain_round(0.010))
     # A short prompt (or a new turn, whose earlier tokens the draft holds) pays.
     ctrl.start_reply(20)
     assert ctrl.decide_reading(20, horizon=128)
     ctrl.observe_reading(20, 0.005)
-    assert ctrl.next_gamma() > 0
+    assert ctrl.decide_gamma() > 0
 
 
 def test_a_long_reply_pays_for_a_long_prompt() -> None:
@@ -60,20 +61,20 @@ def test_a_long_reply_pays_for_a_long_prompt() -> None:
 
 def test_the_expected_length_is_learned_from_earlier_replies() -> None:
     ctrl = draft_model_controller()
-    assert ctrl.expected_reply_length() == GammaController.REPLY_PRIOR
-    assert ctrl.expected_reply_length(100) == 100
+    assert ctrl.learning.expected_reply_length() == RoundLearning.REPLY_PRIOR
+    assert ctrl.learning.expected_reply_length(100) == 100
     for _ in range(20):
         ctrl.start_reply(10)
         ctrl.observe_reading(10, 0.0)
         end_reply(ctrl, 40)
-    assert ctrl.expected_reply_length(512) == pytest.approx(40, rel=0.01)
+    assert ctrl.learning.expected_reply_length(512) == pytest.approx(40, rel=0.01)
     # Short replies cannot pay for a prompt of 100 tokens (0.25 s to read) ...
     assert not ctrl.decide_reading(100, horizon=512)
     # ... but a cancelled reply says nothing about how long replies are.
     ctrl.start_reply(10)
     stopped = dataclasses.replace(plain_round(0.010), stop=StopReason.CANCELLED)
     ctrl.observe(stopped)
-    assert ctrl.expected_reply_length(512) == pytest.approx(40, rel=0.01)
+    assert ctrl.learning.expected_reply_length(512) == pytest.approx(40, rel=0.01)
 
 
 def test_the_reading_itself_is_measured() -> None:
@@ -103,7 +104,7 @@ def test_fixed_gamma_always_reads() -> None:
     ctrl.start_reply(3000)
     assert ctrl.decide_reading(3000, horizon=16)
     ctrl.observe_reading(3000, 1.0)
-    assert ctrl.next_gamma() == ctrl.fixed_gamma
+    assert ctrl.decide_gamma() == ctrl.fixed_gamma
 
 
 def test_while_off_a_reply_reads_only_for_a_probe() -> None:

@@ -58,7 +58,7 @@ def off_after_a_probe(alpha: float) -> GammaController:
     ``alpha``, as if learned from many rounds (the prior no longer counts)."""
     ctrl = controller(0.3)
     ctrl.on = False
-    assert ctrl.next_gamma() == 1  # the first probe comes at once
+    assert ctrl.decide_gamma() == 1  # the first probe comes at once
     ctrl.observe(probe(accepted=False))
     assert not ctrl.on
     ctrl.acceptance.alpha[:] = alpha
@@ -68,7 +68,7 @@ def off_after_a_probe(alpha: float) -> GammaController:
 
 def test_off_within_the_hysteresis_shows_the_threshold() -> None:
     ctrl = off_after_a_probe(0.531)  # (1 + 0.53) / 1.5 = 1.02 (the pooled prior of 0.3: -0.001)
-    assert ctrl.next_gamma() == 0
+    assert ctrl.decide_gamma() == 0
     assert ctrl.decision.reason == (
         f"off: a draft would gain 2 %, below the {NEED} needed to switch on"
     )
@@ -76,7 +76,7 @@ def test_off_within_the_hysteresis_shows_the_threshold() -> None:
 
 def test_off_when_a_draft_would_lose() -> None:
     ctrl = off_after_a_probe(0.35)  # 0.90x
-    assert ctrl.next_gamma() == 0
+    assert ctrl.decide_gamma() == 0
     assert ctrl.decision.reason == (
         f"off: a draft would lose 10 % (expected 0.90x); on once it would gain more than {NEED}"
     )
@@ -84,18 +84,18 @@ def test_off_when_a_draft_would_lose() -> None:
 
 def test_on_says_what_it_drafts_and_when_it_stops() -> None:
     ctrl = controller(0.8)
-    ctrl.next_gamma()
+    ctrl.decide_gamma()
     ctrl.observe(probe(accepted=True))  # measured once: no longer the prior alone
     ctrl.acceptance.alpha[:] = 0.8  # (1 + 0.8) / 1.5 = 1.2
     assert ctrl.on
-    assert ctrl.next_gamma() == 1
+    assert ctrl.decide_gamma() == 1
     assert ctrl.decision.reason == "on: drafting γ=1, expected 1.20x; off if that falls below 1.00x"
 
 
 def test_probing_says_why() -> None:
     ctrl = controller(0.35)
     ctrl.on = False
-    assert ctrl.next_gamma() == 1
+    assert ctrl.decide_gamma() == 1
     assert ctrl.decision.reason == (
         f"probing: trying γ=1 to re-measure acceptance (on if a draft would gain more than {NEED})"
     )
@@ -121,9 +121,9 @@ def test_cannot_pay_says_what_costs_too_much(
 ) -> None:
     ctrl = controller(0.9, t2_ratio=t2_ratio, draft_ratio=draft_ratio)
     ctrl.on = False
-    ctrl.next_gamma()  # the first reply's probe re-measures the costs
+    ctrl.decide_gamma()  # the first reply's probe re-measures the costs
     ctrl.observe(ctrl_round(ctrl, t2_ratio, draft_ratio))
-    assert ctrl.next_gamma() == 0
+    assert ctrl.decide_gamma() == 0
     costs = f"verifying 2 tokens costs {t2_ratio:.2f} plain steps"
     if draft_ratio:
         costs += f" and each draft step {draft_ratio:.2f}"
@@ -134,10 +134,10 @@ def test_cannot_pay_says_what_costs_too_much(
 
 def test_fixed_and_off_policies_say_so() -> None:
     ctrl = controller(0.35, mode="fixed")
-    assert ctrl.next_gamma() == 1
+    assert ctrl.decide_gamma() == 1
     assert ctrl.decision.reason == "fixed γ=1: expected 0.90x, slower than plain decoding"
     ctrl = controller(0.35, mode="off")
-    assert ctrl.next_gamma() == 0
+    assert ctrl.decide_gamma() == 0
     assert ctrl.decision.reason == "off: switched off in Settings (policy: off)"
 
 

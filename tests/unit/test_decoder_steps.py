@@ -138,7 +138,7 @@ class RecordingPolicy(FixedGamma):
         self.hints: list[int] = []
         self.observed: list[Round] = []
 
-    def next_gamma(self, hint: int = 0) -> int:
+    def decide_gamma(self, hint: int = 0) -> int:
         self.hints.append(hint)
         return self.gamma
 

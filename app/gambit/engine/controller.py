@@ -58,17 +58,23 @@ draft on a CPU) the check costs what the model's own chain does.
 Everything here is measured (``gambit.engine.estimates``): ``CostModel`` is
 calibrated at load (``calibrate``) and updated from every round's timings and
 every prompt the drafter reads; ``AcceptanceModel`` from every round's outcomes.
+
+The policy is three pieces, each testable alone: ``RoundLearning`` records
+what rounds and readings show (``gambit.engine.controller_learning``),
+``RoundPricing`` prices every round shape from that and changes nothing
+(``gambit.engine.controller_pricing``), and ``GammaController`` here decides:
+the mode, on or off per drafter hint, probes, sitting a reply out. Its
+sentences are ``gambit.engine.controller_wording``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-
-import numpy as np
 
 from gambit.engine import controller_wording as wording
-from gambit.engine.estimates import ACCEPT_WEIGHT, AcceptanceModel, CostModel
+from gambit.engine.controller_learning import RoundLearning, SourceKind
+from gambit.engine.controller_pricing import RoundPricing
+from gambit.engine.estimates import AcceptanceModel, CostModel
 from gambit.engine.policy import (
     DEFAULT_GAMMA,
     DEFAULT_GAMMA_MAX,
@@ -76,25 +82,20 @@ from gambit.engine.policy import (
     Decision,
     PolicyMode,
 )
-from gambit.engine.reply import Round, StopReason
-
-
-@dataclass
-class _HintState:
-    acceptance: AcceptanceModel
-    on: bool = True
+from gambit.engine.reply import Round
 
 
 class GammaController:
-    """Chooses γ for each round, and keeps measuring whatever the mode.
+    """Chooses γ for each round (``GammaPolicy``), and keeps measuring whatever the mode.
 
     - ``adaptive``: the γ in 0..γ_max with the best expected tokens per second;
       off when no γ beats plain decoding, with probes to switch back on.
     - ``fixed``: always ``fixed_gamma``.
     - ``off``: never speculate.
 
-    Costs and acceptance are updated from every round in every mode, so the
-    baseline and the expected speedup stay current when the user switches.
+    Costs and acceptance are learned from every round in every mode
+    (``learning``), so the baseline and the expected speedup stay current
+    when the user switches. ``decision`` is the last round's, with its reason.
     """
 
     ON_ABOVE = SWITCH_ON_ABOVE
@@ -112,27 +113,6 @@ class GammaController:
     # tokens, a costly one waits for the start of a reply, where the draft
     # reads the prompt during prompt processing, or until it is paid for.
     PROBE_BUDGET = 0.03
-    # The most a drafter catches up on before it restarts on the recent context
-    # (DraftModelDrafter.max_catch_up).
-    CATCH_UP_MAX = 256
-    # Before any tree round: tokens gained per side node. SpecInfer-style
-    # trees report a few tenths; the first rounds measure the real figure.
-    SIDE_GAIN_PRIOR = 0.25
-    # Before any reply has ended: its expected length, when max tokens does not
-    # cap it lower. Then a running mean (REPLY_WEIGHT) of the replies' lengths.
-    REPLY_PRIOR = 256
-    REPLY_WEIGHT = 0.3
-    # A copy checked by the draft model (``ChoosingDrafter.is_read``) is
-    # offered to the choice only where the model reads a token for less than
-    # this share of a draft step, as measured on its reading of prompts.
-    # Where reading costs about what drafting does, the check costs what the
-    # model's own chain does, and trying it costs probes: on this CPU (Q4_1
-    # SmolLM2, 2 cores) offering it made draft model + lookup 0.94x and 0.95x
-    # of the copies alone (F32 ×4, F32). Prompts are read in large batches,
-    # cheaper per token than a copy's 17 (measured here: 0.47 of a step on a
-    # prompt, ~0.7 on 17 tokens), so the bar sits well below; a GPU reads a
-    # batch for about one step (a few hundredths of a step per token).
-    READ_CHEAP_BELOW = 0.25
 
     def __init__(
         self,
@@ -155,71 +135,88 @@ class GammaController:
         batch (``ChoosingDrafter.is_read``; None: none do)."""
         if gamma_max < 1:
             raise ValueError("gamma_max must be 1 or more")
-        self.node_max = gamma_max + side_max if node_max is None else max(1, node_max)
-        if costs.k_max < min(self.node_max, gamma_max + side_max) + 1:
+        side_max = max(0, side_max)
+        node_max = gamma_max + side_max if node_max is None else max(1, node_max)
+        if costs.k_max < min(node_max, gamma_max + side_max) + 1:
             raise ValueError("the cost model must cover every verification batch size")
         self.mode: PolicyMode = mode
         self.gamma_max = gamma_max
         self.fixed_gamma = max(0, min(fixed_gamma, gamma_max))
-        self.side_max = max(0, side_max)
-        self.fixed_side = max(0, min(fixed_side, self.side_max))
-        self.side_gain = self.SIDE_GAIN_PRIOR
-        self._speedup_cache: dict[tuple[object, ...], np.ndarray] = {}
-        self.costs = costs
-        self.prior_alpha = prior_alpha
-        # What is learned per drafter hint (Drafter.hint): acceptance, and
-        # whether speculation is on for rounds with that hint.
-        self._hints: dict[int, _HintState] = {}
-        self._hint = 0
+        self.fixed_side = max(0, min(fixed_side, side_max))
+        self.learning = RoundLearning(costs, gamma_max, prior_alpha)
+        self.pricing = RoundPricing(self.learning, gamma_max, side_max, node_max)
         self._free_hint = free_hint
         self._read_hint = read_hint
+        # Per drafter hint (Drafter.hint): whether speculation is on for its rounds.
+        self._on: dict[int, bool] = {}
+        self._hint = 0  # the current round's (the last decide_gamma's)
         # The first reply may probe at once: the prior is only a guess.
         self._tokens_since_probe = self.PROBE_MAX
         self._probing = False
-        self._behind = 0  # committed tokens the drafter has not read yet
-        self.reply_length = 0.0  # running mean of replies' lengths (0: none ended yet)
-        self._reply_tokens = 0  # in the current reply
         # Why the current reply decodes plainly: reading its prompt would not
         # pay (decide_reading); None: it drafts as decided round by round.
         self._sit_out: str | None = None
-        self._state(0)
+        self._track(0)
         self.decision = self._decide()
 
-    def _state(self, hint: int) -> _HintState:
-        state = self._hints.get(hint)
-        if state is None:
-            state = _HintState(AcceptanceModel(self.gamma_max, self.prior_alpha))
-            self._hints[hint] = state
-            # Start from what the calibration and the prior predict.
-            alpha = state.acceptance.estimate()
-            state.on = float(self._speedups(alpha, hint).max()) >= self.OFF_BELOW
-        return state
+    def _track(self, hint: int) -> None:
+        """Start keeping ``hint``'s on/off state, from what the calibration and
+        the acceptance prior predict (nothing is drafted for it yet)."""
+        if hint not in self._on:
+            alpha = self.learning.acceptance(hint).estimate()
+            speedups = self.pricing.speedups(alpha, self._kind(hint))
+            self._on[hint] = float(speedups.max()) >= self.OFF_BELOW
+
+    def _kind(self, hint: int | None = None) -> SourceKind:
+        """How the source of ``hint`` (default: the current one) is paid for."""
+        h = self._hint if hint is None else hint
+        if self._read_hint is not None and self._read_hint(h):
+            return SourceKind.READ
+        if self._free_hint is not None and self._free_hint(h):
+            return SourceKind.FREE
+        return SourceKind.MODEL
+
+    @property
+    def costs(self) -> CostModel:
+        """The pair's costs, as measured so far."""
+        return self.learning.costs
 
     @property
     def acceptance(self) -> AcceptanceModel:
-        """Acceptance as learned for the current hint (the last ``next_gamma``'s)."""
-        return self._hints[self._hint].acceptance
+        """Acceptance as learned for the current hint (the last ``decide_gamma``'s)."""
+        return self.learning.acceptance(self._hint)
 
     @property
     def on(self) -> bool:
         """Whether speculation is on for rounds with the current hint."""
-        return self._hints[self._hint].on
+        return self._on[self._hint]
 
     @on.setter
     def on(self, value: bool) -> None:
-        self._hints[self._hint].on = value
+        self._on[self._hint] = value
 
     @property
     def baseline_tokens_per_s(self) -> float:
         """Plain decoding's rate on this machine, model and context: 1 / t_target(1)."""
-        t1 = self.costs.verify_cost(1)
-        return 1.0 / t1 if t1 > 0 else 0.0
+        return self.pricing.baseline_tokens_per_s
+
+    def ceiling_speedup(self) -> float:
+        """The best expected speedup for the current hint if every draft landed."""
+        return self.pricing.ceiling(self._kind())
+
+    @property
+    def probe_gamma(self) -> int:
+        """The γ of a probe with the current hint (``RoundPricing.probe_gamma``)."""
+        return self.pricing.probe_gamma(self._kind())
+
+    def probe_cost(self, catch_up: int = 0) -> float:
+        """Seconds a probe with the current hint costs if none of its drafts lands."""
+        return self.pricing.probe_cost(self._kind(), catch_up)
 
     # -- GammaPolicy
     def start_reply(self, n_context: int) -> None:
         """A reply starts on ``n_context`` prompt tokens the drafter has not read."""
-        self._behind = n_context
-        self._reply_tokens = 0
+        self.learning.start_reply(n_context)
         self._sit_out = None
 
     def decide_reading(self, n_read: int = 0, horizon: int = 0) -> bool:
@@ -229,8 +226,7 @@ class GammaController:
         or the drafter's own catch-up brings it back."""
         if self.mode != "adaptive":
             return self.mode == "fixed" and self.fixed_gamma > 0
-        on = [state for state in self._hints.values() if state.on]
-        if not on:
+        if not any(self._on.values()):
             return self._probe_due()
         if n_read == 0:
             return True  # reading is free (prompt lookup)
@@ -239,7 +235,7 @@ class GammaController:
         # here it ran below what fixed γ = 8 made (1.2-1.3x against 1.4-1.5x
         # on F32 + Q4_1), so pricing with it sat out replies that paid.
         ceiling = self.ceiling_speedup()
-        tokens = self.expected_reply_length(horizon)
+        tokens = self.learning.expected_reply_length(horizon)
         saving = tokens * self.costs.verify_cost(1) * max(0.0, 1.0 - 1.0 / ceiling)
         reading = self.costs.catch_up_cost(n_read)
         if reading <= saving:
@@ -253,29 +249,7 @@ class GammaController:
 
     def observe_reading(self, n_read: int, seconds: float) -> None:
         """The drafter read the ``n_read`` tokens it was behind in ``seconds``."""
-        self._behind = 0
-        if n_read > 2 and seconds > 0:
-            self.costs.observe_catch_up(n_read, seconds)
-
-    def expected_reply_length(self, horizon: int = 0) -> float:
-        """Tokens the coming reply is expected to have: the running mean of
-        earlier replies (a prior before any), at most ``horizon`` (0: no cap)."""
-        expected = self.reply_length or float(self.REPLY_PRIOR)
-        return min(expected, float(horizon)) if horizon > 0 else expected
-
-    @property
-    def probe_gamma(self) -> int:
-        """A probe drafts what would pay best if every draft landed: a short
-        probe says nothing about the longer drafts that may be the win."""
-        return int(np.argmax(self._speedups(np.ones(self.gamma_max))[:, 0])) + 1
-
-    def probe_cost(self, catch_up: int = 0) -> float:
-        """Seconds a probe costs beyond a plain round if none of its drafts lands,
-        after the drafter catches up on ``catch_up`` skipped tokens."""
-        g = self.probe_gamma
-        c = self.costs
-        wasted = c.round_cost(g, g + 1) - c.verify_cost(1)
-        return max(0.0, wasted) + c.catch_up_cost(min(catch_up, self.CATCH_UP_MAX))
+        self.learning.observe_reading(n_read, seconds)
 
     def _probe_due(self, catch_up: int = 0) -> bool:
         """Whether a probe now keeps probing within its budget."""
@@ -293,30 +267,32 @@ class GammaController:
             return True
         return since >= self.PROBE_BASE and self.probe_cost(catch_up) <= budget
 
-    def next_side_nodes(self) -> int:
-        """Side nodes for the round ``next_gamma`` just chose (0 while off or probing)."""
+    def decided_side_nodes(self) -> int:
+        """Side nodes for the round ``decide_gamma`` just chose (0 while off or probing)."""
         return self.decision.side if self.decision.gamma else 0
 
-    def next_gamma(self, hint: int = 0) -> int:
+    def decide_gamma(self, hint: int = 0) -> int:
+        """Decide this round (``decision``) for a draft from ``hint``'s source: its γ."""
         self._hint = hint
-        self.decision = self._round_decision(self._state(hint))
+        self._track(hint)
+        self.decision = self._round_decision()
         if self.decision.probing:
             self._probing = True  # (observe() judges the probe's outcome)
         return self.decision.gamma
 
-    def _round_decision(self, state: _HintState) -> Decision:
+    def _round_decision(self) -> Decision:
         """This round's decision: the policy's, or a probe, or sitting out."""
         decided = self._decide()
         if self.mode == "adaptive" and self._sit_out is not None:
             return Decision(0, 1.0, decided.best_speedup, self._sit_out)
         # A hint never drafted for is probed (below), on or off: its acceptance
         # is only the prior, and a probe's long draft measures more of it.
-        untried = not state.acceptance.seen.any()
+        untried = not self.acceptance.seen.any()
         if self.mode != "adaptive" or (self.on and not untried):
             return decided
         ceiling = self.ceiling_speedup()
         cannot_pay = ceiling <= self.PROBE_CEILING
-        if (untried and not cannot_pay) or self._probe_due(self._behind):
+        if (untried and not cannot_pay) or self._probe_due(self.learning.behind):
             probe = self.probe_gamma
             reason = wording.probe_reason(probe, self.ON_ABOVE)
             return Decision(
@@ -332,31 +308,9 @@ class GammaController:
         return decided  # off (γ 0), as decided
 
     def observe(self, rnd: Round) -> None:
-        if rnd.tokens:
-            self.costs.observe_verify(rnd.n_catch_up + rnd.n_drafted + 1, rnd.t_verify_s)
-        free = self._is_free()
-        # (a free source's round leaves the draft model behind as a plain one does)
-        self._behind = 0 if rnd.n_drafted and not free else self._behind + len(rnd.tokens)
-        if rnd.n_drafted:
-            # Side nodes cost the drafter nothing extra: it decodes its main chain only.
-            n_chain = rnd.n_drafted - rnd.n_side
-            if self._is_read():
-                # A checked copy: a batch and the steps after a stray, priced
-                # per token apart (they say nothing of one step's cost).
-                self.costs.observe_read(rnd.n_drafted, rnd.t_draft_s)
-            elif not free:
-                self.costs.observe_drafting(
-                    n_chain, rnd.t_draft_s, rnd.n_draft_synced, rnd.t_draft_synced_s
-                )
-            self.acceptance.observe(rnd.chain_outcomes)
-            if rnd.n_side:
-                gain = rnd.side_gain / rnd.n_side
-                self.side_gain += ACCEPT_WEIGHT * (gain - self.side_gain)
+        """Learn from the round just played, then switch on or off as it says."""
+        self.learning.observe(rnd, self._hint, self._kind())
         self._tokens_since_probe += len(rnd.tokens)
-        self._reply_tokens += len(rnd.tokens)
-        if rnd.stop is not None and rnd.stop is not StopReason.CANCELLED:
-            n, mean = self._reply_tokens, self.reply_length
-            self.reply_length = mean + self.REPLY_WEIGHT * (n - mean) if mean else float(n)
         best = self._best()[2]
         if self._probing:
             self._probing = False
@@ -375,109 +329,34 @@ class GammaController:
         probes are rare. Simulated at α = 0.95 with F32 + Q4_1 costs (γ = 8
         makes 1.18x), switching off on the estimate alone left a draft model
         off for 98 % of the rounds after two early rejections."""
-        optimistic = self._speedups(self.acceptance.optimistic())
+        optimistic = self.pricing.speedups(self.acceptance.optimistic(), self._kind())
         return float(optimistic.max()) < self.OFF_BELOW
 
     def choose(self, hints: Sequence[int]) -> int:
         """The option (a hint per source, the drafter's preferred first) whose
         round is expected to pay best, by its own acceptance and cost; an
-        option never drafted for first (``next_gamma`` probes it: its
+        option never drafted for first (``decide_gamma`` probes it: its
         acceptance is only the prior). Outside the adaptive mode, the
         drafter's preference."""
-        if not self.reading_is_cheap():
-            hints = [h for h in hints if not self._is_read(h)] or hints
+        if not self.pricing.reading_is_cheap():
+            hints = [h for h in hints if self._kind(h) is not SourceKind.READ] or hints
         if self.mode != "adaptive" or len(hints) < 2:
             return hints[0]
-        chosen, best = hints[0], -np.inf
+        chosen, best = hints[0], -float("inf")
         for hint in hints:
-            state = self._state(hint)
-            if not state.acceptance.seen.any():
+            self._track(hint)
+            acceptance = self.learning.acceptance(hint)
+            if not acceptance.seen.any():
                 return hint
-            self._hint = hint
-            speedup = self._best()[2] if state.on else self.OFF_BELOW
+            on = self._on[hint]
+            speedup = self.pricing.best(acceptance, self._kind(hint))[2] if on else self.OFF_BELOW
             if speedup > best:
                 chosen, best = hint, speedup
         return chosen
 
-    def _is_free(self, hint: int | None = None) -> bool:
-        """Whether the source of ``hint`` (default: the current one) drafts at no cost."""
-        return self._free_hint is not None and self._free_hint(self._hint if hint is None else hint)
-
-    def reading_is_cheap(self) -> bool:
-        """Whether the draft model reads a token for well under a draft step
-        (``READ_CHEAP_BELOW``), as measured: then a copy it checks is an option."""
-        c = self.costs
-        per_token = c.read_ratio or c.catch_up_ratio
-        return 0.0 < per_token < self.READ_CHEAP_BELOW * c.draft_ratio
-
-    def _is_read(self, hint: int | None = None) -> bool:
-        """Whether the draft model reads the drafts of ``hint``'s source in
-        one batch (default: the current one's): a copy it checks."""
-        return self._read_hint is not None and self._read_hint(self._hint if hint is None else hint)
-
-    # -- the model
-    def expected_rate(self, gamma: int, side: int = 0) -> float:
-        """Expected tokens per second of a round with γ draft tokens and ``side`` side nodes."""
-        cost = self.costs.round_cost(gamma, gamma + 1 + side)
-        tokens = self.acceptance.expected_tokens(gamma) + (side * self.side_gain if gamma else 0.0)
-        return tokens / cost if cost > 0 else 0.0
-
-    def _speedups(self, alpha: np.ndarray, hint: int | None = None) -> np.ndarray:
-        """Expected speedup over plain decoding, shape (γ_max, side_max + 1):
-        entry [γ - 1, w] for γ draft tokens and w side nodes, given α (-inf
-        where γ + w exceeds the node budget), for rounds with ``hint``
-        (default: the current one). Read-only: it may be cached.
-
-        Speedups are ratios, so they do not depend on t1, which every plain
-        round moves: they are computed in units of t1 and kept until the cost
-        curve, the draft's cost, α or the side gain change. A round that is off
-        asks for them five times (measured: ~0.3 ms a round uncached, 3 % of a
-        Q8_0 SmolLM2 token on 2 cores, which is most of the floor's loss)."""
-        free, read = self._is_free(hint), self._is_read(hint)
-        key = (self.costs.curve_key(), self.side_gain, alpha.tobytes(), free, read)
-        cached = self._speedup_cache.get(key)
-        if cached is not None:
-            return cached
-        g = np.arange(1, self.gamma_max + 1)[:, None]
-        w = np.arange(self.side_max + 1)[None, :]
-        k = g + w + 1  # verification batch sizes
-        verify, draft = self.costs.relative_costs(int(k.max()))
-        tokens = (1.0 + np.cumsum(np.cumprod(alpha)))[:, None] + w * self.side_gain
-        t1 = self.costs.t1
-        catch_up = self.costs.catch_up_cost(1) / t1 if t1 > 0 else 0.0
-        if read:
-            # The draft model reads the copy in one batch now (with the token
-            # or two before it, as its own chain's first decode does), drafts
-            # where it strays, and is in step with what the target keeps.
-            read_per_token = self.costs.read_cost(1) / t1 if t1 > 0 else 0.0
-            costs = verify[k - 1] + g * read_per_token
-        elif free:
-            # No draft steps; the draft model reads every committed token later.
-            costs = verify[k - 1] + tokens * catch_up
-        else:
-            # CostModel.round_cost, in units of t1, for every (γ, w) at once.
-            costs = g * draft + self.costs.draft_extra_ratio + verify[k - 1]
-        speedups: np.ndarray = tokens / costs * verify[0] if verify[0] > 0 else 0.0 * costs
-        speedups[g + w > self.node_max] = -np.inf
-        speedups.flags.writeable = False  # shared by every caller until the key changes
-        if len(self._speedup_cache) >= 8:
-            self._speedup_cache.clear()
-        self._speedup_cache[key] = speedups
-        return speedups
-
-    def ceiling_speedup(self) -> float:
-        """The best expected speedup if every draft token were accepted."""
-        return float(self._speedups(np.ones(self.gamma_max))[:, 0].max())
-
-    def expected_speedup(self, gamma: int, side: int = 0) -> float:
-        plain = self.expected_rate(0)
-        return self.expected_rate(gamma, side) / plain if plain > 0 else 0.0
-
     def _best(self) -> tuple[int, int, float]:
-        """The best (γ, side nodes) and its expected speedup."""
-        speedups = self._speedups(self.acceptance.estimate())
-        g, w = np.unravel_index(int(np.argmax(speedups)), speedups.shape)
-        return int(g) + 1, int(w), float(speedups[g, w])
+        """The best (γ, side nodes) for the current hint, and its expected speedup."""
+        return self.pricing.best(self.acceptance, self._kind())
 
     def _decide(self) -> Decision:
         """The policy's decision from what it knows now (no probing)."""
@@ -486,7 +365,7 @@ class GammaController:
             return Decision(0, 1.0, best, "off: switched off in Settings (policy: off)")
         if self.mode == "fixed":
             g, w = self.fixed_gamma, self.fixed_side if self.fixed_gamma else 0
-            s = self.expected_speedup(g, w)
+            s = self.pricing.expected_speedup(self.acceptance, g, w)
             return Decision(g, s, best, wording.fixed_reason(g, w, s, self.OFF_BELOW), side=w)
         if self.on:
             reason = wording.on_reason(gamma, side, best, self.OFF_BELOW)

@@ -340,11 +340,11 @@ class SpeculativeDecoder:
         if hint is None:  # nothing to propose: a plain round
             return 0, 0
         remaining = max_tokens - reply.n_generated
-        gamma = max(0, min(self.policy.next_gamma(hint), remaining - 1, room))
+        gamma = max(0, min(self.policy.decide_gamma(hint), remaining - 1, room))
         if gamma == 0 or not trees:
             return gamma, 0
         n_side = min(
-            self.policy.next_side_nodes(),
+            self.policy.decided_side_nodes(),
             self.target.n_seq_max - 1,  # one KV sequence per leaf
             room - gamma,
             self.target.n_batch - n_pending - gamma,

@@ -259,7 +259,7 @@ class CostModel:
     def _raw_key(self) -> bytes:
         # Not t1 nor the count of plain rounds (r(1) is 1 whatever they say):
         # a round that is off must find the smoothed curve and the speedups
-        # cached (GammaController._speedups).
+        # cached (RoundPricing.speedups).
         return self.ratio.tobytes() + self._seen.tobytes() + self._n_seen[2:].tobytes()
 
     def relative_costs(self, k_max: int) -> tuple[np.ndarray, float]:

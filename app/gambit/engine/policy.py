@@ -42,11 +42,16 @@ class Decision:
 
 
 class GammaPolicy(Protocol):
-    """Chooses the draft length of each round; 0 means plain decoding."""
+    """Chooses the draft length of each round; 0 means plain decoding.
 
-    def next_gamma(self, hint: int = 0) -> int:
-        """``hint``: the drafter's signal for this round (``Drafter.hint``);
-        rounds with the same hint share what the policy learns."""
+    Names say what a call does: ``decide_*`` and ``start_reply`` change what
+    the policy has decided, ``observe*`` what it has learned; ``choose`` and
+    ``decided_side_nodes`` only ask."""
+
+    def decide_gamma(self, hint: int = 0) -> int:
+        """Decide this round's draft length (and its side nodes). ``hint``:
+        the drafter's signal for this round (``Drafter.hint``); rounds with
+        the same hint share what the policy learns."""
         ...
 
     def choose(self, hints: Sequence[int]) -> int:
@@ -68,11 +73,13 @@ class GammaPolicy(Protocol):
         """The drafter read the ``n_read`` tokens it was behind in ``seconds``."""
         ...
 
-    def next_side_nodes(self) -> int:
-        """Side nodes for this round's tree (0: a chain); read after ``next_gamma``."""
+    def decided_side_nodes(self) -> int:
+        """Side nodes for this round's tree (0: a chain); read after ``decide_gamma``."""
         ...
 
-    def observe(self, rnd: Round) -> None: ...
+    def observe(self, rnd: Round) -> None:
+        """Learn from the round just played (``decide_gamma``'s, or a plain one)."""
+        ...
 
 
 @dataclass
@@ -80,7 +87,7 @@ class FixedGamma:
     gamma: int
     side: int = 0
 
-    def next_gamma(self, hint: int = 0) -> int:
+    def decide_gamma(self, hint: int = 0) -> int:
         return self.gamma
 
     def choose(self, hints: Sequence[int]) -> int:
@@ -95,7 +102,7 @@ class FixedGamma:
     def observe_reading(self, n_read: int, seconds: float) -> None:
         pass
 
-    def next_side_nodes(self) -> int:
+    def decided_side_nodes(self) -> int:
         return self.side
 
     def observe(self, rnd: Round) -> None:
