@@ -3,6 +3,8 @@ draft and reading pays."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from gambit.engine.controller import GammaController
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
@@ -32,7 +34,9 @@ def test_the_first_token_comes_before_the_draft_model_reads_the_prompt(
     # The draft read the prompt before the second round, as prompt processing;
     # that round had nothing left to catch up on: its drafting is steady-state.
     second = rounds[1]
-    assert second.t_prompt_s > 0 and second.n_drafted > 0 and second.n_draft_synced <= 1
+    assert second.t_prompt_s > 0 and second.n_drafted > 0
+    # (the first token after the prompt, which the first round's target made)
+    assert second.n_draft_synced == 1
     assert rt_q4_1.kv_tokens[: len(prompt)] == prompt
     # Each round's catch-up is timed apart from its draft steps.
     for rnd in rounds:
@@ -59,10 +63,52 @@ def test_behind_counts_what_reading_the_prompt_decodes(rt_q4_1: ModelRuntime) ->
     calls = rt_q4_1.decode_calls
     drafter.prepare(prompt)
     assert rt_q4_1.kv_tokens == prompt and rt_q4_1.decode_calls > calls
-    # A new turn: only what is new (sync re-decodes the last token for its logits).
+    # A new turn: only what is new.
     turn = prompt + rt_q4_1.tokenize(" And then?", add_special=False)
     assert drafter.behind(turn) == len(turn) - len(prompt)
+    assert drafter.behind(prompt) == 0  # read, with its last token's logits
+
+
+def test_a_prompt_held_already_is_not_decoded_again(rt_q4_1: ModelRuntime) -> None:
+    """A reply regenerated on the same prompt (or a statistical test's
+    hundreds): the draft's cache holds the prompt and more. Reading it
+    decodes nothing; the first draft decodes the prompt's last token only."""
+    rt_q4_1.clear()
+    drafter = DraftModelDrafter(rt_q4_1)
+    prompt = rt_q4_1.tokenize(TEXT)
+    greedy = SamplingParams(temperature=0.0)
+    drafter.prepare(prompt[:-1])  # as the decoder reads a prompt
+    first = drafter.draft(prompt, 4, greedy, np.random.default_rng(0))
+    assert rt_q4_1.kv_tokens[: len(prompt)] == prompt and len(first.tokens) > 1
+    calls = rt_q4_1.decode_calls
     assert drafter.behind(prompt) == 1
+    drafter.prepare(prompt[:-1])
+    assert rt_q4_1.decode_calls == calls and rt_q4_1.kv_tokens == prompt[:-1]
+    again = drafter.draft(prompt, 4, greedy, np.random.default_rng(0))
+    assert again.tokens == first.tokens
+    # the prompt's last token, then a step per drafted token but the last (unverified)
+    assert rt_q4_1.decode_calls == calls + 1 + len(again.tokens) - 1
+
+
+def test_a_sync_to_what_was_just_decoded_decodes_nothing(rt_q4_1: ModelRuntime) -> None:
+    rt_q4_1.clear()
+    prompt = rt_q4_1.tokenize(TEXT)
+    assert rt_q4_1.sync(prompt) == len(prompt)
+    row = rt_q4_1.logits(-1).copy()
+    calls = rt_q4_1.decode_calls
+    assert rt_q4_1.decodes_to_sync(prompt) == 0
+    assert rt_q4_1.sync(prompt) == 0 and rt_q4_1.decode_calls == calls
+    assert np.array_equal(rt_q4_1.logits(-1), row)
+    # Once the cache moved on, the last token is decoded again for its logits,
+    # and they are the ones the prompt's batch gave (strict kernels).
+    rt_q4_1.decode([prompt[0]])
+    rt_q4_1.truncate(len(prompt))  # the same tokens, but the buffer's logits are gone
+    assert rt_q4_1.decodes_to_sync(prompt) == 1
+    assert rt_q4_1.sync(prompt) == 1
+    assert np.array_equal(rt_q4_1.logits(-1), row)
+    # Without logits, a cache holding the tokens and more is only cut back.
+    rt_q4_1.decode([prompt[0]])
+    assert rt_q4_1.sync(prompt, logits=False) == 0 and rt_q4_1.kv_tokens == prompt
 
 
 def test_behind_counts_a_restart_on_the_recent_window(rt_q4_1: ModelRuntime) -> None:

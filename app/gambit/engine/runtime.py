@@ -182,6 +182,11 @@ class ModelRuntime:
         self.abort: threading.Event | None = None
         self._abort_cb = ll.ggml_abort_callback(self._aborted)  # (kept alive with us)
         self._tree: _PendingTree | None = None
+        # The cache length whose last token's logits llama.cpp's buffer holds
+        # as row -1 (-1: none). A sync to exactly what the cache holds then
+        # decodes nothing: a draft model that read the prompt (prepare) and
+        # drafts from it next re-decoded its last token every reply.
+        self._logits_for = -1
 
     def _load(self, opts: RuntimeOptions) -> None:
         mparams = ll.llama_model_default_params()
@@ -287,12 +292,14 @@ class ModelRuntime:
         abortable = self.abort is not None and n >= ABORTABLE_TOKENS
         if abortable:  # llama.cpp asks between graph nodes: only worth it for long decodes
             ll.llama_set_abort_callback(self._ctx, self._abort_cb, None)
+        self._logits_for = -1
         try:
             self._decode_chunks(tokens, n_logits, start)
         finally:
             if abortable:
                 ll.llama_set_abort_callback(self._ctx, _NO_ABORT, None)
         self.kv_tokens.extend(tokens)
+        self._logits_for = len(self.kv_tokens)  # (the last token always gets a row)
         return max(n_logits, 1)
 
     def _aborted(self, _data: object) -> bool:
@@ -354,25 +361,40 @@ class ModelRuntime:
         if n_keep < len(self.kv_tokens):
             ll.llama_memory_seq_rm(self._mem, 0, n_keep, -1)
             del self.kv_tokens[n_keep:]
+            self._logits_for = -1
 
-    def sync(self, tokens: list[int]) -> int:
-        """Make the cache hold exactly ``tokens``, with logits for the last one.
+    def decodes_to_sync(self, tokens: list[int], *, logits: bool = True) -> int:
+        """How many tokens ``sync(tokens, logits=logits)`` would decode."""
+        if not logits:
+            return len(tokens) - common_prefix_length(self.kv_tokens, tokens)
+        if self._logits_for == len(tokens) == len(self.kv_tokens) and self.kv_tokens == tokens:
+            return 0  # all there, and the last decode left the last token's logits
+        keep = common_prefix_length(self.kv_tokens, tokens)
+        return len(tokens) - min(keep, len(tokens) - 1)  # the last one, for its logits
+
+    def sync(self, tokens: list[int], *, logits: bool = True) -> int:
+        """Make the cache hold exactly ``tokens``, with logits for the last one
+        unless ``logits`` is False (a prompt read ahead of drafting: the first
+        draft decodes its last token). Returns the number of tokens decoded.
 
         Reuses the longest common prefix with what is cached (multi-turn chat
-        re-evaluates only the new turn). Returns the number of tokens decoded.
+        re-evaluates only the new turn), and decodes nothing where the cache
+        holds exactly ``tokens`` and the last decode left their last token's
+        logits: a prompt read, then drafted from, used to decode a token twice.
         """
         if not tokens:
             raise ValueError("cannot sync to an empty token list")
-        keep = common_prefix_length(self.kv_tokens, tokens)
-        keep = min(keep, len(tokens) - 1)  # the last token must be decoded for its logits
-        self.truncate(keep)
-        self.decode(tokens[keep:])
-        return len(tokens) - keep
+        n = self.decodes_to_sync(tokens, logits=logits)
+        self.truncate(len(tokens) - n)
+        if n:
+            self.decode(tokens[-n:])
+        return n
 
     def clear(self) -> None:
         ll.llama_memory_clear(self._mem, True)
         self.kv_tokens.clear()
         self._tree = None
+        self._logits_for = -1
 
     # ---------------------------------------------------------------- token trees
     def decode_tree(
@@ -392,6 +414,7 @@ class ModelRuntime:
         """
         if self._tree is not None:
             self.commit_tree(0)
+        self._logits_for = -1  # (the rows are the tree's, whichever path is kept)
         if not roots:
             raise ValueError("a tree needs at least one root token")
         n = len(roots) + len(tokens)

@@ -289,8 +289,11 @@ class HostedRuntime(ModelRuntime):
         if n_keep < len(self.kv_tokens):
             self._call("truncate", n_keep)
 
-    def sync(self, tokens: list[int]) -> int:
-        return int(self._call("sync", tokens))
+    def decodes_to_sync(self, tokens: list[int], *, logits: bool = True) -> int:
+        return int(self._call("decodes_to_sync", tokens, logits=logits))
+
+    def sync(self, tokens: list[int], *, logits: bool = True) -> int:
+        return int(self._call("sync", tokens, logits=logits))
 
     def clear(self) -> None:
         self._call("clear")

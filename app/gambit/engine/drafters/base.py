@@ -69,9 +69,11 @@ class Drafter(Protocol):
         ...
 
     def behind(self, context: list[int]) -> int:
-        """How many tokens ``prepare(context)`` would decode (0: a drafter
-        without a model, which reads a prompt for free): what reading the
-        prompt costs, for the policy to weigh against what drafting can save."""
+        """How many tokens the drafter decodes before it drafts from
+        ``context``: ``prepare``'s reading and the first draft's catch-up (0:
+        a drafter without a model, which reads a prompt for free). What
+        reading the prompt costs, for the policy to weigh against what
+        drafting can save."""
         ...
 
     def set_abort(self, event: threading.Event | None) -> None:

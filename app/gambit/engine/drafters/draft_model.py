@@ -339,15 +339,15 @@ class DraftModelDrafter:
 
     def prepare(self, context: list[int]) -> None:
         if context:
-            self.runtime.sync(self._view(context))
+            # (no logits: the first draft decodes what follows for its own)
+            self.runtime.sync(self._view(context), logits=False)
 
     def behind(self, context: list[int]) -> int:
         if not context:
             return 0
         offset, restart = self._plan_view(context)
         view = context[offset:]
-        kept = 0 if restart else common_prefix_length(self.runtime.kv_tokens, view)
-        return len(view) - min(kept, len(view) - 1)  # as ModelRuntime.sync decodes
+        return len(view) if restart else self.runtime.decodes_to_sync(view)
 
     def _plan_view(self, context: list[int]) -> tuple[int, bool]:
         """Where in ``context`` the draft's cache should start, and whether
