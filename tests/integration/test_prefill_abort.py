@@ -37,7 +37,9 @@ def test_stop_during_prefill_cancels_the_reply(
     smol_q4_1: Path, smol_q8_0: Path, drafted: bool
 ) -> None:
     with ModelRuntime(smol_q8_0, OPTIONS) as target, ModelRuntime(smol_q4_1, OPTIONS) as draft:
-        prompt = _long_prompt(target, 900)  # seconds of prompt processing, stopped at a tenth
+        # About a second of prompt processing on one thread, stopped at a tenth:
+        # long enough for the stop to land inside it with a 10x margin.
+        prompt = _long_prompt(target, 450)
         # How long the prompt takes, unstopped (and a reference reply).
         reference = SpeculativeDecoder(target)
         t0 = time.monotonic()
