@@ -183,9 +183,8 @@ class ModelRuntime:
         self._abort_cb = ll.ggml_abort_callback(self._aborted)  # (kept alive with us)
         self._tree: _PendingTree | None = None
         # The cache length whose last token's logits llama.cpp's buffer holds
-        # as row -1 (-1: none). A sync to exactly what the cache holds then
-        # decodes nothing: a draft model that read the prompt (prepare) and
-        # drafts from it next re-decoded its last token every reply.
+        # as row -1 (-1: none): a sync to exactly what the cache holds then
+        # decodes nothing (see sync).
         self._logits_for = -1
 
     def _load(self, opts: RuntimeOptions) -> None:
