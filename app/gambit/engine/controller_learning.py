@@ -48,10 +48,6 @@ class RoundLearning:
         self._acceptance: dict[int, AcceptanceModel] = {}  # per drafter hint
         self._reply_tokens = 0  # in the current reply
 
-    def knows(self, hint: int) -> bool:
-        """Whether ``hint`` has an acceptance record (drafted for, or asked about)."""
-        return hint in self._acceptance
-
     def acceptance(self, hint: int) -> AcceptanceModel:
         """What rounds with ``hint`` showed (the prior, for a hint not seen yet)."""
         model = self._acceptance.get(hint)
