@@ -75,11 +75,13 @@ def test_a_configuration_that_crashes_is_refused_and_the_rest_measured(smol_q8_0
     bad = verdict.result(REPACK_Q8)
     assert bad is not None and not bad.ok and bad.error == "crashed (SIGSEGV)"
     # Every other configuration was still tried, in a new child: each has its
-    # own result (on AVX-512 + AMX CPUs the other repacked one crashes for real,
-    # by SIGILL in llama.cpp's AMX kernels), and the safe one was measured.
+    # own result (on AVX-512 + AMX CPUs the other repacked one crashes for real
+    # in llama.cpp's AMX kernels, by SIGILL or SIGSEGV as the CPU has it), and
+    # the plain ones were measured.
     others = [r for r in verdict.results if r.config != REPACK_Q8]
     assert [r.config for r in others] == [c for c in CANDIDATES if c != REPACK_Q8]
-    assert all(r.ok or r.error.startswith("crashed (SIGILL") for r in others)
+    for r in others:
+        assert r.ok or (r.config.repack and r.error.startswith("crashed (SIG")), r
     exact = verdict.result(EXACT)
     assert exact is not None and exact.ok and exact.t1_s > 0
     assert REPACK_Q8 not in (verdict.exact(), verdict.fastest())
