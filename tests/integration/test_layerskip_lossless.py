@@ -1,7 +1,8 @@
 """Self-speculation by layer skipping is lossless, chain and tree alike.
 
 The draft is the Q8_0 target with three of its 30 blocks left out (a real
-layer-skip GGUF, written by ``write_layer_skip_model``). It disagrees with
+layer-skip GGUF, written by ``write_layer_skip_model``); the temperature-1
+tests run on the 8-block target of conftest with two of its blocks left out. It disagrees with
 the target often (MODELS.md: ~60 % agreement at 27 of 30 blocks), so
 rejections, residual resampling and side candidates are all exercised.
 """
@@ -51,6 +52,28 @@ def rt_target(smol_q8_0: Path) -> Iterator[ModelRuntime]:
         yield rt
 
 
+# For the distribution tests: the 8-block Q8_0 target (conftest: SmolLM2's
+# first blocks) and its own layer-skip draft, two of its 8 blocks left out.
+SHORT_SKIPPED = (3, 5)
+
+
+@pytest.fixture(scope="module")
+def rt_short_target(q8_0_first8: Path) -> Iterator[ModelRuntime]:
+    with ModelRuntime(q8_0_first8, TREE_OPTIONS) as rt:
+        yield rt
+
+
+@pytest.fixture(scope="module")
+def rt_short_layer_skip(
+    q8_0_first8: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ModelRuntime]:
+    path = write_layer_skip_model(
+        q8_0_first8, tmp_path_factory.mktemp("layerskip") / "short-skip.gguf", SHORT_SKIPPED
+    )
+    with ModelRuntime(path, TREE_OPTIONS) as rt:
+        yield rt
+
+
 @pytest.mark.parametrize(("gamma", "side"), [(3, 0), (2, 2)])
 def test_greedy_layer_skip_is_token_identical(
     rt_target: ModelRuntime, rt_layer_skip: ModelRuntime, gamma: int, side: int
@@ -72,8 +95,9 @@ def test_greedy_layer_skip_is_token_identical(
 @pytest.mark.slow
 @pytest.mark.parametrize(("gamma", "side"), [(2, 0), (2, 3)])
 def test_temperature_one_layer_skip_matches_target_distribution(
-    rt_target: ModelRuntime, rt_layer_skip: ModelRuntime, gamma: int, side: int
+    rt_short_target: ModelRuntime, rt_short_layer_skip: ModelRuntime, gamma: int, side: int
 ) -> None:
+    rt_target, rt_layer_skip = rt_short_target, rt_short_layer_skip
     sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
     prompt = _prompt(rt_target, "Say: one two one two one two one two")
     exact = _exact_two_token_distribution(rt_target, prompt, sampling)

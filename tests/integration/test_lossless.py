@@ -5,7 +5,8 @@ target whose CPU kernels give the same logits batched and single (Q8_0, Q4_1).
 For F16, whose kernels are not batch-invariant, any divergence must sit on a
 near-tie of the target's top two logits. Temperature 1: the joint distribution
 of the first two reply tokens matches the target's exact distribution
-(chi-square), with a draft model, with a deliberately poor draft, with
+(chi-square, 500 replies on short models of SmolLM2's first blocks: see
+conftest), with a draft model, with a deliberately poor draft, with
 prompt lookup, and with both taking turns (``CombinedDrafter``: the draft
 model's chain, lookup's copy, the copy checked by the draft model).
 """
@@ -162,6 +163,8 @@ def _goodness_of_fit(samples: list[tuple[int, int]], exact: dict[tuple[int, int]
     if rare.any():
         counts = np.append(counts[~rare], counts[rare].sum())
         expected = np.append(expected[~rare], expected[rare].sum())
+    # A point-mass-like distribution would pass anything: keep some power.
+    assert len(expected) >= 5, f"only {len(expected)} categories: the test could not tell"
     return float(chisquare(counts, expected).pvalue)
 
 
@@ -209,35 +212,42 @@ def test_greedy_lookup_copying_from_earlier_chats_is_token_identical(
 
 @pytest.mark.parametrize("drafter_kind", ["none", "draft", "poor-draft", "lookup", "draft+lookup"])
 def test_temperature_one_matches_target_distribution(
-    rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime, drafter_kind: str
+    rt_q8_0_first8: ModelRuntime,
+    rt_q4_1_first8: ModelRuntime,
+    rt_q4_1_first4: ModelRuntime,
+    drafter_kind: str,
 ) -> None:
+    # The short models (conftest): the same drafters and verification over
+    # real weights, cheaper passes.
+    target, draft = rt_q8_0_first8, rt_q4_1_first8
     sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
     # A repetitive prompt gives prompt lookup something to draft from.
-    prompt = _prompt(rt_q8_0, "Say: one two one two one two one two")
-    exact = _exact_two_token_distribution(rt_q8_0, prompt, sampling)
+    prompt = _prompt(target, "Say: one two one two one two one two")
+    exact = _exact_two_token_distribution(target, prompt, sampling)
     drafter = {
         "none": None,
-        "draft": DraftModelDrafter(rt_q4_1),
-        # A hot, wide draft: frequent rejections exercise the residual p' path.
+        "draft": DraftModelDrafter(draft),
+        # A poor draft sampled hot and wide: frequent rejections exercise the
+        # residual p' path.
         "poor-draft": DraftModelDrafter(
-            rt_q4_1, sampling=SamplingParams(temperature=2.5, top_k=6, top_p=1.0, min_p=0.0)
+            rt_q4_1_first4, sampling=SamplingParams(temperature=2.5, top_k=6, top_p=1.0, min_p=0.0)
         ),
         "lookup": PromptLookupDrafter(ngram_min=1),
-        "draft+lookup": CombinedDrafter(
-            DraftModelDrafter(rt_q4_1), PromptLookupDrafter(ngram_min=1)
-        ),
+        "draft+lookup": CombinedDrafter(DraftModelDrafter(draft), PromptLookupDrafter(ngram_min=1)),
     }[drafter_kind]
     if isinstance(drafter, DraftModelDrafter | CombinedDrafter):
         # The draft holds the prompt, as after a chat's earlier turns: the first
         # round drafts (a draft model that must read a whole prompt lets the
         # first token come first, and two tokens would leave nothing to draft).
-        rt_q4_1.clear()
         drafter.prepare(prompt)
-    decoder = SpeculativeDecoder(rt_q8_0, drafter, TakingTurns(3))
+    decoder = SpeculativeDecoder(target, drafter, TakingTurns(3))
     samples: list[tuple[int, int]] = []
     drafted = accepted = checked = 0
     sources: set[str] = set()
-    for seed in range(500):
+    # The residual path's own case gets twice the replies: its errors are the
+    # subtlest (the short pair's passes leave the time for it).
+    n_samples = 1000 if drafter_kind == "poor-draft" else 500
+    for seed in range(n_samples):
         config = GenerationConfig(
             max_tokens=2, sampling=SamplingParams(**{**sampling.__dict__, "seed": seed})
         )

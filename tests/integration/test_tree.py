@@ -35,6 +35,13 @@ def rt_tree(smol_q8_0: Path) -> Iterator[ModelRuntime]:
         yield rt
 
 
+@pytest.fixture(scope="module")
+def rt_tree_first8(q8_0_first8: Path) -> Iterator[ModelRuntime]:
+    """The 8-block Q8_0 target (conftest) with room for 8 tree leaves."""
+    with ModelRuntime(q8_0_first8, TREE_OPTIONS) as rt:
+        yield rt
+
+
 # A tree of 7 nodes, 4 leaves: root -> 0 -> 1 -> 2 (main), root -> 3 -> 4,
 # 0 -> 5, 3 -> 6.
 TOKENS = [260, 1345, 314, 3287, 29, 1130, 12]
@@ -161,17 +168,22 @@ def test_greedy_tree_is_token_identical(
 @pytest.mark.slow
 @pytest.mark.parametrize("drafter_kind", ["draft", "poor-draft", "lookup"])
 def test_temperature_one_tree_matches_target_distribution(
-    rt_tree: ModelRuntime, rt_q4_1: ModelRuntime, drafter_kind: str
+    rt_tree_first8: ModelRuntime,
+    rt_q4_1_first8: ModelRuntime,
+    rt_q4_1_first4: ModelRuntime,
+    drafter_kind: str,
 ) -> None:
+    # The short models (conftest): the same trees over real weights, cheaper passes.
+    rt_tree = rt_tree_first8
     sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
     prompt = _prompt(rt_tree, "Say: one two one two one two one two")
     exact = _exact_two_token_distribution(rt_tree, prompt, sampling)
     drafter = {
-        "draft": DraftModelDrafter(rt_q4_1),
-        # Hot and wide: the main candidate is often rejected, so siblings
-        # drawn without replacement and the residual path both run.
+        "draft": DraftModelDrafter(rt_q4_1_first8),
+        # A poor draft, hot and wide: the main candidate is often rejected, so
+        # siblings drawn without replacement and the residual path both run.
         "poor-draft": DraftModelDrafter(
-            rt_q4_1, sampling=SamplingParams(temperature=2.5, top_k=6, top_p=1.0, min_p=0.0)
+            rt_q4_1_first4, sampling=SamplingParams(temperature=2.5, top_k=6, top_p=1.0, min_p=0.0)
         ),
         "lookup": PromptLookupDrafter(ngram_min=1),
     }[drafter_kind]
