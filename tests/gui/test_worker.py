@@ -239,8 +239,10 @@ SOAK_PROMPTS = [
 
 
 def test_hundreds_of_turns_leak_neither_memory_nor_files(
-    qtbot: QtBot, worker: tuple[WorkerThread, Requests], smol_q8_0: Path, smol_q4_1: Path
+    qtbot: QtBot, worker: tuple[WorkerThread, Requests], q8_0_first8: Path, q4_1_first8: Path
 ) -> None:
+    # The short pair (conftest): the same engine, worker and drafter paths
+    # turn after turn, at a fraction of the passes' cost.
     thread, requests = worker
     outcomes: list[Any] = []
     thread.worker.loaded.connect(outcomes.append)
@@ -248,7 +250,7 @@ def test_hundreds_of_turns_leak_neither_memory_nor_files(
     thread.worker.finished.connect(outcomes.append)
     thread.worker.failed.connect(lambda message, _partial: outcomes.append(message))
     config = EngineConfig(
-        target=smol_q8_0, drafter="draft", draft=smol_q4_1,
+        target=q8_0_first8, drafter="draft", draft=q4_1_first8,
         target_options=RuntimeOptions(n_ctx=512, n_threads=2),
     )  # fmt: skip
     requests.load.emit(config, None)
