@@ -1,7 +1,9 @@
 """Stopping the layer-skip search from the terminal, on real weights in real
 processes: Ctrl-C and SIGTERM stop it at its next step with one line and the
 signal's exit status, and its copies of the target are gone at once; a search
-killed with SIGKILL leaves its copy behind, and the next search removes it."""
+killed with SIGKILL leaves its copy behind, and the next search removes it.
+The target is the short Q4_1 (conftest: SmolLM2's first 8 blocks): a whole
+search, and each of its steps, in a fraction of the full model's time."""
 
 from __future__ import annotations
 
@@ -89,9 +91,9 @@ class Cli:
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_the_search_and_removes_its_copies(
-    tmp_path: Path, smol_q4_1: Path, sig: signal.Signals, code: int
+    tmp_path: Path, q4_1_first8: Path, sig: signal.Signals, code: int
 ) -> None:
-    cli = Cli(tmp_path, "models", "layerskip", smol_q4_1, "--threads", "1")
+    cli = Cli(tmp_path, "models", "layerskip", q4_1_first8, "--threads", "1")
     cli.wait_for_line("layerskip: measuring")
     cli.wait_for_copy()
     cli.proc.send_signal(sig)
@@ -103,11 +105,11 @@ def test_a_signal_stops_the_search_and_removes_its_copies(
     assert not list((cli.home / "data" / "models").glob("*.layerskip.*"))  # no draft, no record
 
 
-def test_ctrl_c_during_the_search_of_generate_layer_skip(tmp_path: Path, smol_q4_1: Path) -> None:
+def test_ctrl_c_during_the_search_of_generate_layer_skip(tmp_path: Path, q4_1_first8: Path) -> None:
     """``generate --layer-skip`` used to hand Ctrl-C to the reply that had not
     started yet, so the search ran on regardless."""
     cli = Cli(
-        tmp_path, "generate", "--target", smol_q4_1, "--layer-skip", "--threads", "1",
+        tmp_path, "generate", "--target", q4_1_first8, "--layer-skip", "--threads", "1",
         "--ctx", "512", "Hi",
     )  # fmt: skip
     cli.wait_for_line("Finding layers to skip: measuring")
@@ -121,9 +123,9 @@ def test_ctrl_c_during_the_search_of_generate_layer_skip(tmp_path: Path, smol_q4
 
 
 def test_a_killed_search_s_copy_is_removed_by_the_next_search(
-    tmp_path: Path, smol_q4_1: Path
+    tmp_path: Path, q4_1_first8: Path
 ) -> None:
-    killed = Cli(tmp_path, "models", "layerskip", smol_q4_1, "--threads", "1")
+    killed = Cli(tmp_path, "models", "layerskip", q4_1_first8, "--threads", "1")
     copy = killed.wait_for_copy()
     killed.proc.send_signal(signal.SIGKILL)  # nothing runs after this: the copy stays
     returncode, _ = killed.finish()
@@ -132,7 +134,7 @@ def test_a_killed_search_s_copy_is_removed_by_the_next_search(
     assert stale.name.startswith(f"gambit-layerskip-{killed.proc.pid}-")
     assert stale.is_dir() and any(stale.iterdir())
 
-    again = Cli(tmp_path, "models", "layerskip", smol_q4_1, "--threads", "1", "--max-evals", "1")
+    again = Cli(tmp_path, "models", "layerskip", q4_1_first8, "--threads", "1", "--max-evals", "1")
     returncode, err = again.finish()
     assert returncode == 0, err
     assert not stale.exists()
