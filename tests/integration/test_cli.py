@@ -308,9 +308,10 @@ def test_models_inspect_default(tmp_path: Path, smol_q4_1: Path) -> None:
     assert Path(info["path"]) == models / DEFAULT_MODEL_FILE
 
 
-def test_bench_regimes(tmp_path: Path, smol_q4_1: Path) -> None:
+def test_bench_regimes(tmp_path: Path, q4_1_first8: Path) -> None:
     """The regime bench on a cost-scaled target (Q8_0 with twice its blocks,
-    the added ones with zero outputs): derived into the bench's cache, run with
+    the added ones with zero outputs; from the short Q4_1 of conftest, SmolLM2's
+    first 8 blocks, so 16 blocks): derived into the bench's cache, run with
     fixed γ up to 16 and trees, and reported with the bound, TTFT and the gaps
     between tokens as they arrive and as the paced chat view shows them."""
     out = tmp_path / "out"
@@ -326,7 +327,7 @@ def test_bench_regimes(tmp_path: Path, smol_q4_1: Path) -> None:
         ),
         encoding="utf-8",
     )
-    args = ["bench", "--regimes", "--target", smol_q4_1, "--targets", "Q8_0x2",
+    args = ["bench", "--regimes", "--target", q4_1_first8, "--targets", "Q8_0x2",
             "--drafters", "draft", "--prompts", prompts, "--per-suite", "1", "--max-tokens", "10",
             "--threads", "2", "--out", out, "--json"]  # fmt: skip
     proc = subprocess.run(
@@ -337,7 +338,7 @@ def test_bench_regimes(tmp_path: Path, smol_q4_1: Path) -> None:
     report = json.loads(proc.stdout)
     assert [(p["target"], p["drafter"]) for p in report["pairs"]] == [("Q8_0x2", "draft")]
     # Derived into the bench's cache folder, never into a model library.
-    assert (cache_dir() / "regimes" / f"{smol_q4_1.name.split('.')[0]}.Q8_0x2.gguf").is_file()
+    assert (cache_dir() / "regimes" / f"{q4_1_first8.name.split('.')[0]}.Q8_0x2.gguf").is_file()
     for pair in report["pairs"]:
         assert pair["scaled"] and pair["label"] == "Q8_0 ×2 (cost-scaled)"
         assert pair["regime"] in ("compute-bound", "bandwidth-bound")
