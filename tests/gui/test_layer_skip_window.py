@@ -36,9 +36,11 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def settings(smol_q4_1: Path) -> Settings:
+def settings(q4_1_first8: Path) -> Settings:
     return Settings(
-        target_model=str(smol_q4_1),
+        # The short Q4_1 (conftest: SmolLM2's first 8 blocks): the same
+        # search, window and messages, its steps a fraction as long.
+        target_model=str(q4_1_first8),
         drafter="layerskip",
         temperature=0.0,
         max_tokens=8,
@@ -134,7 +136,9 @@ def test_a_result_that_cannot_pay_is_said_and_not_switched_on(
     reason = result.plan.refusal()
     assert reason is not None and not result.plan.pays
 
-    window = _open(qtbot, home, settings, progress)
+    # (the full model: a search's cache is found by its source's name, and a
+    # short copy's drafts name the model it was cut from)
+    window = _open(qtbot, home, settings.with_(target_model=str(smol_q4_1)), progress)
     qtbot.waitUntil(lambda: window.engine_info is not None, timeout=WAIT_MS)
     info = window.engine_info
     assert info is not None
