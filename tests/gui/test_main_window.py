@@ -171,9 +171,11 @@ def test_stop_keeps_the_partial_reply(qtbot: QtBot, paths: tuple[Path, Path], se
 
 
 def test_a_setting_that_reloads_changed_during_a_reply_applies_when_it_ends(
-    qtbot: QtBot, paths: tuple[Path, Path], settings: Settings
+    qtbot: QtBot, paths: tuple[Path, Path], settings: Settings, q4_1_first8: Path
 ) -> None:
-    w = open_window(qtbot, paths, settings.with_(max_tokens=400, drafter="none"))
+    # The short Q4_1 (conftest): a long reply in a fraction of the time.
+    short = settings.with_(target_model=str(q4_1_first8), max_tokens=900, drafter="none")
+    w = open_window(qtbot, paths, short)
     qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     assert w.engine_info is not None and w.engine_info.n_ctx == 1024
     deltas: list[object] = []
