@@ -47,12 +47,14 @@ def make_history(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def engine(smol_q8_0: Path, smol_q4_1: Path) -> Iterator[Engine]:
+def engine(q8_0_first8: Path, q4_1_first8: Path) -> Iterator[Engine]:
+    # The short pair (conftest: SmolLM2's first 8 blocks): every replay of a
+    # measurement at a fraction of the full pair's cost.
     e = Engine(
         EngineConfig(
-            target=smol_q8_0,
+            target=q8_0_first8,
             drafter="draft",
-            draft=smol_q4_1,
+            draft=q4_1_first8,
             target_options=OPTIONS,
             kernel_cache=cache_dir(),  # the tests' shared probe verdicts (GAMBIT_CACHE)
         )
@@ -152,12 +154,12 @@ def _cli(home: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_cli_bench_from_history(tmp_path: Path, smol_q8_0: Path, smol_q4_1: Path) -> None:
+def test_cli_bench_from_history(tmp_path: Path, q8_0_first8: Path, q4_1_first8: Path) -> None:
     home = tmp_path / "home"
     db = make_history(home / "data" / "conversations.sqlite3")
     digest = hashlib.sha256(db.read_bytes()).hexdigest()
-    common = ["--target", smol_q8_0, "--threads", "2", "--ctx", "512", "--max-tokens", "8"]
-    proc = _cli(home, "--from-history", "--last", "2", *common, "--draft", smol_q4_1)
+    common = ["--target", q8_0_first8, "--threads", "2", "--ctx", "512", "--max-tokens", "8"]
+    proc = _cli(home, "--from-history", "--last", "2", *common, "--draft", q4_1_first8)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     header = next(line for line in out.splitlines() if line.startswith("suite"))
