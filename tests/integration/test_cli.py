@@ -337,8 +337,10 @@ def test_bench_regimes(tmp_path: Path, q4_1_first8: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert [(p["target"], p["drafter"]) for p in report["pairs"]] == [("Q8_0x2", "draft")]
-    # Derived into the bench's cache folder, never into a model library.
-    assert (cache_dir() / "regimes" / f"{q4_1_first8.name.split('.')[0]}.Q8_0x2.gguf").is_file()
+    # Derived into the bench's cache folder, never into a model library (named
+    # after the source less its last part: SmolLM2-135M-Instruct.Q4_1.Q8_0x2.gguf).
+    derived = f"{q4_1_first8.stem.rsplit('.', 1)[0]}.Q8_0x2.gguf"
+    assert (cache_dir() / "regimes" / derived).is_file()
     for pair in report["pairs"]:
         assert pair["scaled"] and pair["label"] == "Q8_0 ×2 (cost-scaled)"
         assert pair["regime"] in ("compute-bound", "bandwidth-bound")
