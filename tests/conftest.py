@@ -61,12 +61,12 @@ def smol_f32(smol_q4_1: Path) -> Path:
 # SmolLM2's first blocks of its 30, with its own embeddings and output head:
 # real weights, written by the layer-skip writer, that llama.cpp runs several
 # times faster per pass (Q8_0, 8 blocks: 2.5 against 12 ms a token here). For
-# the temperature-1 distribution tests, whose subject is the sampling
-# arithmetic over hundreds of real generations, not the model's text: an
-# 8-block Q8_0 target with an 8-block Q4_1 draft, and a 4-block Q4_1 as the
-# poor draft, which disagrees with that target more than the full Q4_1 does
-# with the full Q8_0 (measured: more chi-square power against a residual
-# left out, not less).
+# tests that run hundreds of replies and whose subject is not the model's text
+# (docs/adr/0020): the temperature-1 distribution tests (an 8-block Q8_0
+# target, an 8-block Q4_1 draft, and a 4-block Q4_1 as the poor draft, which
+# disagrees with that target more than the full Q4_1 does with the full Q8_0:
+# measured, more chi-square power against a residual left out, not less), the
+# soak, the measure dialog, the layer-skip searches.
 def _first_blocks(src: Path, n_blocks: int) -> Path:
     dst = MODEL_CACHE / src.name.replace(".gguf", f".first{n_blocks}.gguf")
     if dst.is_file():

@@ -1,10 +1,11 @@
 """Self-speculation by layer skipping is lossless, chain and tree alike.
 
 The draft is the Q8_0 target with three of its 30 blocks left out (a real
-layer-skip GGUF, written by ``write_layer_skip_model``); the temperature-1
-tests run on the 8-block target of conftest with two of its blocks left out. It disagrees with
+layer-skip GGUF, written by ``write_layer_skip_model``). It disagrees with
 the target often (MODELS.md: ~60 % agreement at 27 of 30 blocks), so
-rejections, residual resampling and side candidates are all exercised.
+rejections, residual resampling and side candidates are all exercised. The
+temperature-1 tests run on conftest's 8-block target, with two of its blocks
+left out for the draft.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ target whose CPU kernels give the same logits batched and single (Q8_0, Q4_1).
 For F16, whose kernels are not batch-invariant, any divergence must sit on a
 near-tie of the target's top two logits. Temperature 1: the joint distribution
 of the first two reply tokens matches the target's exact distribution
-(chi-square, 500 replies on short models of SmolLM2's first blocks: see
-conftest), with a draft model, with a deliberately poor draft, with
+(chi-square over 500 replies, 1,000 for the poor draft, on short models of
+SmolLM2's first blocks: see conftest), with a draft model, with a deliberately poor draft, with
 prompt lookup, and with both taking turns (``CombinedDrafter``: the draft
 model's chain, lookup's copy, the copy checked by the draft model).
 """
