@@ -20,6 +20,7 @@ from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.formats.layerskip_file import write_layer_skip_model
 from gambit.models.default_model import default_model_path
 from gambit.models.derive import requantize
+from gemma_model import gemma_path
 from gguf_fixtures import change_token, copy_gguf
 
 MODEL_CACHE = Path(
@@ -124,3 +125,27 @@ def rt_f16(smol_f16: Path) -> Iterator[ModelRuntime]:
 def changed_tokenizer(tmp_path_factory: pytest.TempPathFactory, smol_q4_1: Path) -> Path:
     dst = tmp_path_factory.mktemp("changed-tokenizer") / "smol-changed-vocab.Q4_1.gguf"
     return copy_gguf(gguf.GGUFReader(smol_q4_1, "r"), dst, change_token)
+
+
+# Gemma-3-270M: another family, another tokenizer (tests/gemma_model.py). A
+# SmolLM2 target and this draft, or the other way round, draft through text.
+@pytest.fixture(scope="session")
+def gemma_q4_k_m() -> Path:
+    return gemma_path(MODEL_CACHE)
+
+
+@pytest.fixture(scope="session")
+def rt_gemma(gemma_q4_k_m: Path) -> Iterator[ModelRuntime]:
+    with ModelRuntime(gemma_q4_k_m, TEST_OPTIONS) as rt:
+        yield rt
+
+
+@pytest.fixture(scope="session")
+def rt_gemma_q8_0(gemma_q4_k_m: Path) -> Iterator[ModelRuntime]:
+    """Gemma re-quantized to Q8_0: batch-invariant here, so greedy identity
+    holds token for token (its Q4_K_M is not: batches of 9+ flip argmaxes)."""
+    path = MODEL_CACHE / "gemma-3-270m.Q8_0.gguf"
+    if not path.is_file():
+        requantize(gemma_q4_k_m, path, "Q8_0")
+    with ModelRuntime(path, TEST_OPTIONS) as rt:
+        yield rt

@@ -8,7 +8,8 @@ of the first two reply tokens matches the target's exact distribution
 (chi-square over 500 replies, 1,000 for the poor draft, on short models of
 SmolLM2's first blocks: see conftest), with a draft model, with a deliberately poor draft, with
 prompt lookup, and with both taking turns (``CombinedDrafter``: the draft
-model's chain, lookup's copy, the copy checked by the draft model).
+model's chain, lookup's copy, the copy checked by the draft model), and
+with a draft of another tokenizer drafting through text (Gemma for SmolLM2).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
+from gambit.engine.drafters.text_draft import TextDraftDrafter
 from gambit.engine.kernels import KernelConfig
 from gambit.engine.policy import FixedGamma
 from gambit.engine.reply import GenerationConfig
@@ -210,11 +212,15 @@ def test_greedy_lookup_copying_from_earlier_chats_is_token_identical(
     assert from_history > 0
 
 
-@pytest.mark.parametrize("drafter_kind", ["none", "draft", "poor-draft", "lookup", "draft+lookup"])
+@pytest.mark.parametrize(
+    "drafter_kind", ["none", "draft", "poor-draft", "lookup", "draft+lookup", "through-text"]
+)
 def test_temperature_one_matches_target_distribution(
     rt_q8_0_first8: ModelRuntime,
     rt_q4_1_first8: ModelRuntime,
     rt_q4_1_first4: ModelRuntime,
+    rt_q8_0: ModelRuntime,
+    rt_gemma: ModelRuntime,
     drafter_kind: str,
 ) -> None:
     # The short models (conftest): the same drafters and verification over
@@ -223,6 +229,13 @@ def test_temperature_one_matches_target_distribution(
     sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
     # A repetitive prompt gives prompt lookup something to draft from.
     prompt = _prompt(target, "Say: one two one two one two one two")
+    if drafter_kind == "through-text":
+        # Gemma's guesses are never in the short model's top 3: the whole
+        # SmolLM2 is the target here, on a prompt where Gemma's guess
+        # (" five") lands with p 0.46, so both the acceptance and the
+        # residual path are taken often.
+        target = rt_q8_0
+        prompt = target.tokenize("one, two, three, four,", add_special=False)
     exact = _exact_two_token_distribution(target, prompt, sampling)
     drafter = {
         "none": None,
@@ -234,8 +247,11 @@ def test_temperature_one_matches_target_distribution(
         ),
         "lookup": PromptLookupDrafter(ngram_min=1),
         "draft+lookup": CombinedDrafter(DraftModelDrafter(draft), PromptLookupDrafter(ngram_min=1)),
+        # Another network and tokenizer: Gemma drafts greedily through text,
+        # its proposals are point masses, often rejected at temperature 1.
+        "through-text": TextDraftDrafter(target, rt_gemma),
     }[drafter_kind]
-    if isinstance(drafter, DraftModelDrafter | CombinedDrafter):
+    if isinstance(drafter, DraftModelDrafter | CombinedDrafter | TextDraftDrafter):
         # The draft holds the prompt, as after a chat's earlier turns: the first
         # round drafts (a draft model that must read a whole prompt lets the
         # first token come first, and two tokens would leave nothing to draft).
@@ -246,7 +262,9 @@ def test_temperature_one_matches_target_distribution(
     sources: set[str] = set()
     # The residual path's own case gets twice the replies: its errors are the
     # subtlest (the short pair's passes leave the time for it).
-    n_samples = 1000 if drafter_kind == "poor-draft" else 500
+    # (through text, where a Gemma pass is the slowest draft step here: 400
+    # replies put the residual left out at p = 2e-7, checked by mutation)
+    n_samples = {"poor-draft": 1000, "through-text": 400}.get(drafter_kind, 500)
     for seed in range(n_samples):
         config = GenerationConfig(
             max_tokens=2, sampling=SamplingParams(**{**sampling.__dict__, "seed": seed})
@@ -264,7 +282,7 @@ def test_temperature_one_matches_target_distribution(
     if isinstance(drafter, CombinedDrafter):
         assert sources == {"draft model", "prompt lookup"}  # both drafted, in turn
         assert checked > 0  # and lookup's copies went out checked too
-    if drafter_kind == "poor-draft":
+    if drafter_kind in ("poor-draft", "through-text"):
         assert accepted < drafted  # rejections happened
     p_value = _goodness_of_fit(samples, exact)
     assert p_value > 1e-3, f"{drafter_kind}: p = {p_value:.2e} over {len(samples)} samples"

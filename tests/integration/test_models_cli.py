@@ -101,10 +101,20 @@ def test_pair(home: Path, tmp_path: Path, smol_q8_0: Path, smol_q4_1: Path) -> N
 
     foreign = _foreign_gguf(tmp_path / "foreign.gguf")
     proc = gambit("pair", smol_q8_0, foreign, home=home)
-    assert proc.returncode == 1, proc.stderr
-    assert "compatible: no" in proc.stdout
+    assert proc.returncode == 0, proc.stderr
+    assert "compatible: yes, through text" in proc.stdout
     assert "different tokenizer types (SPM 'llama' vs BPE 'gpt2')" in proc.stdout
     assert "vocabulary sizes differ by 48,152" in proc.stdout
+
+
+def test_pair_of_two_families_drafts_through_text(
+    home: Path, gemma_q4_k_m: Path, smol_q4_1: Path
+) -> None:
+    proc = gambit("pair", gemma_q4_k_m, smol_q4_1, home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "compatible: yes, through text" in proc.stdout
+    assert "the draft drafts through text" in proc.stdout  # and what that costs
+    assert "vocabulary sizes differ by 212,992" in proc.stdout
 
 
 def test_bad_paths_exit_2(home: Path, tmp_path: Path, smol_q4_1: Path) -> None:

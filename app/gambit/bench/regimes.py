@@ -73,6 +73,7 @@ from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig, GammaController
 from gambit.errors import GambitError
+from gambit.formats.layerskip_file import write_layer_skip_model
 from gambit.models.drafter_files import resolve_drafter_file
 from gambit.storage.paths import cache_dir
 
@@ -232,11 +233,35 @@ class RegimeArgs:
     options: RuntimeOptions
     work_dir: Path
     kernel_cache: Path | None
+    # The draft model's file (kinds that load one); None: the source itself,
+    # the target's own network. Another network's file makes pairs of two
+    # networks (through text where the tokenizers differ).
+    draft: Path | None = None
+    # Blocks left out of the draft (a weaker draft of the same tokenizer,
+    # written by the layer-skip writer into the work folder).
+    draft_without: tuple[int, ...] = ()
+    raw: bool = False  # plain completion (base models), not chat
+
+
+def draft_model_file(args: RegimeArgs, log: Log) -> Path:
+    """The draft model the model-drafting kinds use: ``args.draft`` (or the
+    source), without the blocks ``args.draft_without`` names."""
+    draft = args.draft or args.source
+    if not args.draft_without:
+        return draft
+    blocks = sorted(set(args.draft_without))
+    stem = draft.stem
+    path = args.work_dir / f"{stem}.without-{'-'.join(map(str, blocks))}.gguf"
+    if not path.is_file():
+        log(f"writing {path.name}: {draft.name} without blocks {blocks} (a weaker draft)…")
+        write_layer_skip_model(draft, path, blocks)
+    return path
 
 
 def _draft_file(target: Path, drafter: DrafterKind, args: RegimeArgs, log: Log) -> Path | None:
-    """The draft of ``drafter``: the source model, or one derived from ``target``
-    (kept in the work folder, so only the first run derives it)."""
+    """The draft of ``drafter``: the draft model (``draft_model_file``), or one
+    derived from ``target`` (kept in the work folder, so only the first run
+    derives it)."""
 
     def announce(activity: str) -> None:
         log(f"{activity[:1].lower()}{activity[1:]} in {target.name} (cached after the first run)…")
@@ -244,7 +269,7 @@ def _draft_file(target: Path, drafter: DrafterKind, args: RegimeArgs, log: Log) 
     return resolve_drafter_file(
         drafter,
         target,
-        chosen=args.source,
+        chosen=draft_model_file(args, log) if spec(drafter).file == "chosen" else None,
         models_dir=args.work_dir,
         progress=announce,
         options=args.options,
@@ -264,9 +289,23 @@ def _controllers(engine: Engine, modes: Sequence[str]) -> dict[str, GammaControl
     return controllers
 
 
+@dataclass(frozen=True)
+class PairFacts:
+    """What a pair ran on: the target's kernels, and the draft model's file and
+    how it drafted (None where the drafter loads no model)."""
+
+    kernels: str
+    draft: str | None = None
+    through_text: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        how = None if self.draft is None else "through text" if self.through_text else "tokens"
+        return {"kernels": self.kernels, "draft": self.draft, "draft_how": how}
+
+
 def run_pair(
     args: RegimeArgs, target_spec: TargetSpec, target: Path, drafter: DrafterKind, log: Log
-) -> tuple[dict[str, Cell], CostModel, str]:
+) -> tuple[dict[str, Cell], CostModel, PairFacts]:
     """Every prompt under every mode for one target and drafter."""
     modes = pair_modes(target_spec, drafter)
     engine = Engine(
@@ -292,13 +331,15 @@ def run_pair(
         controllers = _controllers(engine, modes)
         config = GenerationConfig(max_tokens=args.max_tokens, sampling=args.sampling)
         warm = GenerationConfig(max_tokens=8, sampling=args.sampling)
-        run_once(engine, "Hello", warm, engine.new_controller("fixed"))
-        run_once(engine, "Hello", warm, None)
+        run_once(engine, "Hello", warm, engine.new_controller("fixed"), raw=args.raw)
+        run_once(engine, "Hello", warm, None, raw=args.raw)
         for i, bp in enumerate(args.prompts):
             order = modes[i % len(modes) :] + modes[: i % len(modes)]
             outputs: dict[str, list[int]] = {}
             for mode in order:
-                outputs[mode] = _run_mode(engine, bp, config, mode, controllers[mode], cells)
+                outputs[mode] = _run_mode(
+                    engine, bp, config, mode, controllers[mode], cells, raw=args.raw
+                )
             if args.sampling.greedy:
                 for cell in (cells[bp.suite], cells["ALL"]):
                     cell.compared += len(modes) - 1
@@ -307,10 +348,15 @@ def run_pair(
                 f"  {target.stem} {drafter:<9} [{i + 1}/{len(args.prompts)}] {bp.suite:<8} "
                 + " ".join(f"{m} {cells['ALL'].totals[m].stats.tokens_per_s:5.1f}" for m in modes)
             )
-        detail = engine.target_kernels.describe()
+        draft = engine.config.draft if spec(drafter).loads_model else None
+        facts = PairFacts(
+            engine.target_kernels.describe(),
+            draft.name if draft is not None else None,
+            engine.drafts_through_text,
+        )
     finally:
         engine.close()
-    return cells, costs, detail
+    return cells, costs, facts
 
 
 def _run_mode(
@@ -320,11 +366,13 @@ def _run_mode(
     mode: str,
     controller: GammaController | None,
     cells: dict[str, Cell],
+    *,
+    raw: bool,
 ) -> list[int]:
     """One prompt under one mode, folded into its suite's cell and ALL;
     returns the reply's tokens."""
     rounds: list[Round] = []
-    stats, tokens = run_once(engine, bp.prompt, config, controller, rounds)
+    stats, tokens = run_once(engine, bp.prompt, config, controller, rounds, raw=raw)
     gamma, side = parse_fixed(mode) if mode.startswith("fixed=") else (0, 0)
     chain = gamma > 0 and side == 0
     parts = _time_parts_mid_reply(engine, tokens, gamma) if chain else None
@@ -373,6 +421,7 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
             "gpu_layers": args.options.n_gpu_layers,
         },
         "source": args.source.name,
+        "raw": args.raw,
         "max_tokens": args.max_tokens,
         "temperature": args.sampling.temperature,
         "prompts": len(args.prompts),
@@ -383,7 +432,7 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
         for drafter in args.drafters:
             name = target_spec.name
             try:
-                cells, costs, kernels = run_pair(args, target_spec, target, drafter, log)
+                cells, costs, facts = run_pair(args, target_spec, target, drafter, log)
             except (GambitError, ValueError, OSError) as exc:
                 # One pair that cannot run (no layer-skip draft worth it, a
                 # full disk) must not cost the rest of a half-hour run.
@@ -400,7 +449,7 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
                     "regime": regime_of(at_context),
                     "costs": cost_summary(at_context),
                     "calibration": cost_summary(costs),
-                    "kernels": kernels,
+                    **facts.as_dict(),
                     "suites": {s: cell_figures(c, costs) for s, c in sorted(cells.items())},
                 }
             )
@@ -440,6 +489,9 @@ def run_regimes_cli(
         options=options,
         work_dir=cache_dir() / "regimes",
         kernel_cache=cache_dir(),
+        draft=args.draft,
+        draft_without=args.draft_without,
+        raw=args.raw,
     )
     report = run_regimes(regime_args, log)
     if args.out:

@@ -87,20 +87,27 @@ def run_once(
     config: GenerationConfig,
     controller: GammaController | None,
     rounds: list[Round] | None = None,
+    *,
+    raw: bool = False,
 ) -> tuple[GenerationStats, list[int]]:
-    """One cold-cache chat generation (``controller`` None: target only);
-    returns its stats and reply tokens (and its rounds, into ``rounds``)."""
+    """One cold-cache chat generation (``controller`` None: target only), or
+    with ``raw`` a plain completion of ``prompt`` (base models); returns its
+    stats and reply tokens (and its rounds, into ``rounds``)."""
     engine.target.clear()
     if engine.draft_runtime is not None:
         engine.draft_runtime.clear()
-    engine.chat_builder.forget()
+    if not raw:
+        engine.chat_builder.forget()
     engine.set_speculation(controller is not None)
     if controller is not None:
         engine.use_controller(controller)
     d0 = engine.decode_seconds
     stats = GenerationStats()
     tokens: list[int] = []
-    for rnd in engine.chat([Message("user", prompt)], config):
+    replies = (
+        engine.complete(prompt, config) if raw else engine.chat([Message("user", prompt)], config)
+    )
+    for rnd in replies:
         stats.add(rnd)
         tokens.extend(rnd.tokens)
         if rounds is not None:
@@ -192,14 +199,7 @@ def run_bench(
     runs = prompts * max(1, args.repeat)
     several_suites = len({bp.suite for bp in prompts}) > 1  # else ALL would repeat the one
     try:
-        warm_up = GenerationConfig(max_tokens=8, sampling=sampling)
-        for mode in modes:  # first decodes pay for graph set-up and page faults
-            run_once(
-                engine,
-                "Hello",
-                warm_up,
-                engine.new_controller("fixed") if controllers[mode] else None,
-            )
+        _warm_up(engine, controllers, sampling, raw=args.raw)
         for i, bp in enumerate(runs):
             outputs: dict[str, list[int]] = {}
             # rotate the order so a slow spell of the machine hits every mode
@@ -208,7 +208,9 @@ def run_bench(
                 if cancel is not None and cancel.is_set():
                     raise OperationCancelledError("interrupted")
                 rounds: list[Round] = []
-                stats, tokens = run_once(engine, bp.prompt, config, controllers[mode], rounds)
+                stats, tokens = run_once(
+                    engine, bp.prompt, config, controllers[mode], rounds, raw=args.raw
+                )
                 outputs[mode] = tokens
                 totals[bp.suite][mode].add(stats, rounds)
                 if several_suites:
@@ -234,6 +236,20 @@ def run_bench(
     else:
         print_table(report, modes)
     return 0
+
+
+def _warm_up(
+    engine: Engine,
+    controllers: dict[str, GammaController | None],
+    sampling: SamplingParams,
+    *,
+    raw: bool,
+) -> None:
+    """A short reply per mode: first decodes pay for graph set-up and page faults."""
+    warm_up = GenerationConfig(max_tokens=8, sampling=sampling)
+    for controller in controllers.values():
+        fresh = engine.new_controller("fixed") if controller else None
+        run_once(engine, "Hello", warm_up, fresh, raw=raw)
 
 
 def _report(

@@ -129,33 +129,12 @@ def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help='JSON Lines file: {"prompt": ..., "suite": ...} per line (default with '
         "--regimes: the bundled chat, grounded and code suites)",
     )
-    regimes = bench.add_argument_group(
-        "regimes",
-        "--regimes derives targets from the model (--target, default: the embedded one), "
-        "which also serves as the draft: cost-scaled ones (F32x4: four times the blocks, "
-        "the added ones with zero outputs, so a draft step costs about a tenth of a target "
-        "step, as with real pairs) and re-quantized ones (F16, F32, Q8_0); it runs each "
-        "with each drafter under target-only, adaptive and fixed γ 1-8 (up to 16 and trees "
-        "on the scaled ones) (docs/performance.md)",
-    )
-    regimes.add_argument(
-        "--regimes", action="store_true", help="the compute- and bandwidth-bound benchmark"
-    )
-    regimes.add_argument(
-        "--targets",
-        default=REGIME_TARGETS,
-        help=f"target types, F16/F32/Q8_0, xN to scale (default {REGIME_TARGETS})",
-    )
-    regimes.add_argument(
-        "--drafters",
-        default=",".join(REGIME_DRAFTERS),
-        help=f"drafters to compare (default {','.join(REGIME_DRAFTERS)})",
-    )
-    regimes.add_argument(
-        "--per-suite", type=int, default=4, help="prompts per suite (default 4; 0: all)"
-    )
-    regimes.add_argument(
-        "--out", type=Path, help="also write regimes.json, regimes.md and regimes.png here"
+    _add_regimes_args(bench)
+    bench.add_argument(
+        "--raw",
+        action="store_true",
+        help="plain completion of each prompt (no chat template; for base models, with "
+        "--regimes default the bundled raw.jsonl suites)",
     )
     bench.add_argument(
         "--reuse",
@@ -194,6 +173,58 @@ def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="a speculation policy to compare with target-only: adaptive, off, fixed "
         "(γ = --gamma) or fixed=N (repeatable; default: adaptive, fixed and off)",
     )
+
+
+def _add_regimes_args(bench: argparse.ArgumentParser) -> None:
+    regimes = bench.add_argument_group(
+        "regimes",
+        "--regimes derives targets from the model (--target, default: the embedded one), "
+        "which also serves as the draft: cost-scaled ones (F32x4: four times the blocks, "
+        "the added ones with zero outputs, so a draft step costs about a tenth of a target "
+        "step, as with real pairs) and re-quantized ones (F16, F32, Q8_0); it runs each "
+        "with each drafter under target-only, adaptive and fixed γ 1-8 (up to 16 and trees "
+        "on the scaled ones) (docs/performance.md)",
+    )
+    regimes.add_argument(
+        "--regimes", action="store_true", help="the compute- and bandwidth-bound benchmark"
+    )
+    regimes.add_argument(
+        "--targets",
+        default=REGIME_TARGETS,
+        help=f"target types, F16/F32/Q8_0, xN to scale (default {REGIME_TARGETS})",
+    )
+    regimes.add_argument(
+        "--drafters",
+        default=",".join(REGIME_DRAFTERS),
+        help=f"drafters to compare (default {','.join(REGIME_DRAFTERS)})",
+    )
+    regimes.add_argument(
+        "--per-suite", type=int, default=4, help="prompts per suite (default 4; 0: all)"
+    )
+    regimes.add_argument(
+        "--draft-without",
+        type=_block_list,
+        default=(),
+        metavar="N[,N]",
+        help="a weaker draft of the same tokenizer: the draft (--draft, default the model "
+        "itself) with these blocks left out (e.g. 15, a middle block of SmolLM2's 30)",
+    )
+    regimes.add_argument(
+        "--out", type=Path, help="also write regimes.json, regimes.md and regimes.png here"
+    )
+
+
+def _block_list(text: str) -> tuple[int, ...]:
+    """ "15" or "14,16" -> block numbers (argparse type)."""
+    try:
+        blocks = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        blocks = ()
+    if not blocks or min(blocks) < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected block numbers such as 15 or 14,16, not {text!r}"
+        )
+    return blocks
 
 
 def chosen_drafter(args: argparse.Namespace) -> DrafterSpec:
@@ -380,7 +411,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             raise GambitError("--regimes runs on this machine only: leave out --rpc")
 
         if args.prompts is None:
-            args.prompts = _bundled_prompts("all.jsonl")
+            args.prompts = _bundled_prompts("raw.jsonl" if args.raw else "all.jsonl")
         source = args.target or default_model_path(progress=_stderr_progress())
         options = cli_settings(args).target_options()  # (no workers: refused above)
         return run_regimes_cli(args, source, options, _sampling(args))

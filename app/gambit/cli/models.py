@@ -298,14 +298,17 @@ def cmd_pair(args: argparse.Namespace) -> int:
           f"{_mb(target.file_size)})")  # fmt: skip
     print(f"draft:  {draft.path.name} ({draft.params_label}, {draft.quantization}, "
           f"{_mb(draft.file_size)})")  # fmt: skip
-    if report.compatible:
+    if report.compatible and report.through_text:
+        print("compatible: yes, through text (the tokenizers differ, so the draft's text is "
+              "tokenized again for the target every round)")  # fmt: skip
+        for difference in report.differences:
+            print(f"  - {difference}")
+    elif report.compatible:
         print("compatible: yes (the draft uses the target's tokenizer)")
     else:
         print("compatible: no")
         for reason in report.reasons:
             print(f"  - {reason}")
-        print("A draft model must use the same tokenizer as the target "
-              "(usually a smaller model of the same family).")  # fmt: skip
     for note in report.notes:
         print(f"note: {note}")
     if report.compatible:

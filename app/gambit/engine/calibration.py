@@ -57,12 +57,14 @@ def calibrate(
         costs.set_target(k, best)
     target.clear()
     if draft is not None:
+        # (its own tokens: a draft through text has a vocabulary of its own)
+        filler = _filler_tokens(draft, max(context, k_max) + repeats + 1)
         draft.clear()
-        draft.decode(filler)
+        draft.decode(filler[: -repeats - 1])
         best = float("inf")
         for i in range(repeats + 1):
             t0 = time.perf_counter()
-            draft.decode([filler[i]])
+            draft.decode([filler[-repeats - 1 + i]])
             best = min(best, time.perf_counter() - t0)
         costs.t_draft = best
         draft.clear()

@@ -502,9 +502,9 @@ class ModelRuntime:
 
     # ----------------------------------------------------------------- tokenizer
     def tokenize(
-        self, text: str, *, add_special: bool = True, parse_special: bool = True
+        self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True
     ) -> list[int]:
-        data = text.encode("utf-8")
+        data = text.encode("utf-8") if isinstance(text, str) else text
         cap = len(data) + 8
         buf = (ll.llama_token * cap)()
         n = ll.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)

@@ -35,6 +35,7 @@ from gambit.engine.drafters.registry import (
     DrafterKind,
     spec,
 )
+from gambit.engine.drafters.text_draft import TextDraftDrafter
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe, implied_kernels
 from gambit.engine.placement import TargetPlacement
@@ -187,6 +188,7 @@ class Engine:
         """``progress`` hears what the load is doing while it takes a while."""
         self.config = config
         self._ready = False
+        self.drafter: Drafter | None = None  # (built below, after the models load)
         say = progress or (lambda _: None)
         target_options = config.target_options
         if self.tree:
@@ -252,8 +254,19 @@ class Engine:
 
     @property
     def tree(self) -> bool:
-        """Whether rounds may draft token trees (asked for, and the drafter can)."""
-        return self.config.tree and self.config.drafter in TREE_DRAFTERS
+        """Whether rounds may draft token trees (asked for, and the drafter can:
+        a draft through text drafts chains)."""
+        return (
+            self.config.tree
+            and self.config.drafter in TREE_DRAFTERS
+            and not self.drafts_through_text
+        )
+
+    @property
+    def drafts_through_text(self) -> bool:
+        """Whether the draft model drafts through text (its tokenizer is not the target's)."""
+        model = self.drafter.model if isinstance(self.drafter, CombinedDrafter) else self.drafter
+        return isinstance(model, TextDraftDrafter)
 
     @property
     def drafter_detail(self) -> str | None:
@@ -261,6 +274,8 @@ class Engine:
         parts: list[str] = []
         if self.layer_skip is not None:
             parts.append(self.layer_skip.describe())
+        if self.drafts_through_text:
+            parts.append("through text")
         if self.drafter is not None:
             parts.append(f"tree, up to {self.config.tree_nodes} nodes" if self.tree else "chain")
         return " · ".join(parts) or None
@@ -288,6 +303,10 @@ class Engine:
         if progress is not None:
             progress("Timing this machine for the pair (first load only)…")
         costs = calibrate(self.target, self.draft_runtime, k_max)
+        model = self.drafter.model if isinstance(self.drafter, CombinedDrafter) else self.drafter
+        if isinstance(model, TextDraftDrafter):
+            # Calibrated per step of its own tokens; a round is priced per target token.
+            costs.draft_ratio *= model.steps_per_token
         self._cost_store.save(key, costs)
         return costs
 

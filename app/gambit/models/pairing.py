@@ -1,7 +1,10 @@
-"""Can one model draft for another? Decided from the two headers, before loading.
+"""Can one model draft for another, and how? Decided from the two headers, before loading.
 
-The rules are llama.cpp's (``common_speculative_are_compatible``), as the engine
-applies them on loaded models (``gambit.engine.drafters.draft_model.check_compatible``):
+Any smaller model can draft: one that shares the target's vocabulary drafts
+token for token, any other through text (``gambit.engine.drafters.text_draft``).
+Whether the vocabularies agree follows llama.cpp's rules
+(``common_speculative_are_compatible``), as the engine applies them on loaded
+models (``gambit.engine.drafters.draft_model.vocabulary_difference``):
 
 - the same vocabulary type (BPE, SPM, ...);
 - the same add-BOS / add-EOS flags, and the same BOS / EOS ids where they are added;
@@ -31,22 +34,66 @@ from gambit.models.memory import MIB, MIN_DRAFT_SAVING, bytes_read_per_token
 TOKENS_KEY = "tokenizer.ggml.tokens"
 
 
+# A draft through text must read at most this share of the target's bytes per
+# token to be offered: another family agrees less often than a sibling does.
+TEXT_DRAFT_READ_MAX = 0.4
+THROUGH_TEXT_NOTE = (
+    "each round the draft's text is tokenized again for the target (well under a "
+    "millisecond), and a model of another family agrees less often than a sibling would: "
+    "the statistics show what it lands, and speculation turns itself off where it does not pay"
+)
+
+
 @dataclass(frozen=True)
 class PairReport:
     compatible: bool
     reasons: list[str] = field(default_factory=list)  # why not (empty when compatible)
     notes: list[str] = field(default_factory=list)  # worth knowing, not blocking
+    # The tokenizers differ (the vocabulary rules' findings in ``differences``):
+    # the draft drafts through text, not token for token.
+    through_text: bool = False
+    differences: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         if self.compatible:
-            return "compatible" + (f" ({'; '.join(self.notes)})" if self.notes else "")
+            how = "drafts through text" if self.through_text else "same tokenizer"
+            return f"compatible, {how}" + (f" ({'; '.join(self.notes)})" if self.notes else "")
         return "incompatible: " + "; ".join(self.reasons)
 
 
 def pair_report(target: ModelInfo, draft: ModelInfo) -> PairReport:
-    """Whether ``draft`` can draft for ``target``, and if not, every reason why."""
-    reasons: list[str] = []
+    """Whether ``draft`` can draft for ``target``, how (token for token, or
+    through text), and what is worth knowing about the pair."""
+    without = [m for m in (draft, target) if m.vocab_type_name == "none"]
+    if without:
+        # No tokenizer: its tokens cannot be written as text or read from it.
+        reasons = [f"{m.path.name} has no tokenizer (vocabulary type none)" for m in without]
+        return PairReport(compatible=False, reasons=reasons)
+    differences = vocabulary_differences(target, draft)
     notes: list[str] = []
+    if differences:
+        notes.append(
+            f"different tokenizers ({draft.vocab_type_name} with {draft.vocab_size:,} tokens vs "
+            f"{target.vocab_type_name} with {target.vocab_size:,}): the draft drafts through "
+            f"text; {THROUGH_TEXT_NOTE}"
+        )
+    elif target.tokenizer_pre != draft.tokenizer_pre and (
+        target.tokenizer_digest != draft.tokenizer_digest
+    ):
+        notes.append(
+            f"different pre-tokenizers ('{draft.tokenizer_pre}' vs "
+            f"'{target.tokenizer_pre}'): allowed, but text may split differently"
+        )
+    notes += _cost_notes(target, draft, bool(differences))
+    return PairReport(
+        compatible=True, notes=notes, through_text=bool(differences), differences=differences
+    )
+
+
+def vocabulary_differences(target: ModelInfo, draft: ModelInfo) -> list[str]:
+    """Every reason ``draft`` cannot draft for ``target`` token for token
+    (empty: their vocabularies agree)."""
+    reasons: list[str] = []
     if target.vocab_type != draft.vocab_type:
         reasons.append(
             f"different tokenizer types ({draft.vocab_type_name} '{draft.vocab_type}' vs "
@@ -80,17 +127,10 @@ def pair_report(target: ModelInfo, draft: ModelInfo) -> PairReport:
         if first is not None:
             i, t_dft, t_tgt = first
             reasons.append(f"token {i} differs ({t_dft!r} vs {t_tgt!r})")
-        elif target.tokenizer_pre != draft.tokenizer_pre:
-            notes.append(
-                f"different pre-tokenizers ('{draft.tokenizer_pre}' vs "
-                f"'{target.tokenizer_pre}'): allowed, but text may split differently"
-            )
-    if not reasons:
-        notes += _cost_notes(target, draft)
-    return PairReport(compatible=not reasons, reasons=reasons, notes=notes)
+    return reasons
 
 
-def _cost_notes(target: ModelInfo, draft: ModelInfo) -> list[str]:
+def _cost_notes(target: ModelInfo, draft: ModelInfo, through_text: bool) -> list[str]:
     """Whether the draft is cheap enough to pay: a step costs about the bytes of
     weights it reads (``memory.bytes_read_per_token``)."""
     t_read, d_read = _read_per_token(target), _read_per_token(draft)
@@ -104,7 +144,24 @@ def _cost_notes(target: ModelInfo, draft: ModelInfo) -> list[str]:
             f"({sizes}): too close in cost to pay for the guesses it gets wrong (a draft "
             f"needs about {MIN_DRAFT_SAVING * 100:.0f} % fewer)"
         ]
+    if through_text and d_read > TEXT_DRAFT_READ_MAX * t_read:
+        return [
+            f"the draft reads {d_read / t_read * 100:.0f} % of the target's bytes per token "
+            f"({sizes}): a draft of another family lands fewer guesses, so it pays only "
+            f"below about {TEXT_DRAFT_READ_MAX * 100:.0f} %"
+        ]
     return []
+
+
+def much_cheaper(target: ModelInfo, draft: ModelInfo, through_text: bool) -> bool:
+    """Whether ``draft`` is cheap enough next to ``target`` to be offered as its
+    draft: a smaller file, and for a draft through text at most
+    ``TEXT_DRAFT_READ_MAX`` of the target's weight traffic per token."""
+    if draft.file_size >= target.file_size:
+        return False
+    return not through_text or _read_per_token(draft) <= TEXT_DRAFT_READ_MAX * _read_per_token(
+        target
+    )
 
 
 def _read_per_token(info: ModelInfo) -> int:
@@ -132,9 +189,11 @@ def _special(added: bool, token_id: int) -> str:
 
 
 def compatible_drafts(target: ModelInfo, candidates: Iterable[ModelInfo]) -> list[ModelInfo]:
-    """The candidates that can draft for ``target`` and are smaller than it,
-    smallest file first: the first one is the suggestion."""
-    found: list[ModelInfo] = []
+    """The candidates much cheaper than ``target`` (``much_cheaper``), which
+    can all draft for it: those of its tokenizer first (token for token, a
+    sibling agrees most), then the others (through text), each smallest file
+    first. The first one is the suggestion."""
+    found: list[tuple[bool, int, str, ModelInfo]] = []
     seen: set[str] = set()
     for cand in candidates:
         key = str(cand.path.resolve())
@@ -143,10 +202,11 @@ def compatible_drafts(target: ModelInfo, candidates: Iterable[ModelInfo]) -> lis
         seen.add(key)
         if cand.file_size >= target.file_size:
             continue
-        if pair_report(target, cand).compatible:
-            found.append(cand)
-    found.sort(key=lambda m: (m.file_size, str(m.path)))
-    return found
+        through_text = bool(vocabulary_differences(target, cand))
+        if much_cheaper(target, cand, through_text):
+            found.append((through_text, cand.file_size, str(cand.path), cand))
+    found.sort(key=lambda f: f[:3])
+    return [f[3] for f in found]
 
 
 def estimate_pair(
@@ -156,8 +216,8 @@ def estimate_pair(
 ) -> tuple[ModelInfo, ModelInfo | None]:
     """The (target, draft) a memory estimate for ``selected`` counts.
 
-    The selection runs as the target, with the chosen draft when it shares the
-    selection's tokenizer fingerprint (a cheap check: no token lists read).
+    The selection runs as the target, with the chosen draft (any draft can
+    draft for any target: through text where their tokenizers differ).
     When the selection *is* the chosen draft, the chosen target runs it
     (``chosen_target`` is read only then: it may be a file not yet fetched,
     None, and the selection is estimated alone).
@@ -167,9 +227,7 @@ def estimate_pair(
     if _same_path(chosen_draft, selected):
         target = chosen_target() or selected
         return (target, None) if _same_path(target, selected) else (target, selected)
-    if chosen_draft.tokenizer_digest == selected.tokenizer_digest:
-        return selected, chosen_draft
-    return selected, None
+    return selected, chosen_draft
 
 
 def _same_path(a: ModelInfo, b: ModelInfo) -> bool:

@@ -34,6 +34,7 @@ from gambit.engine.drafters.base import Draft
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
+from gambit.engine.drafters.text_draft import TextDraftDrafter
 from gambit.engine.sampling import SamplingParams
 
 
@@ -53,15 +54,20 @@ class CombinedDrafter:
     LOOKUP_FIRST_FROM = 3
 
     def __init__(
-        self, model: DraftModelDrafter, lookup: PromptLookupDrafter, check_copies: bool = True
+        self,
+        model: DraftModelDrafter | TextDraftDrafter,
+        lookup: PromptLookupDrafter,
+        check_copies: bool = True,
     ) -> None:
         self.model = model
         self.lookup = lookup
         # Lookup's copies may also be offered checked by the draft model
-        # before the target verifies them (DraftModelDrafter.draft_checked);
-        # False: only as copied.
+        # before the target verifies them (DraftModelDrafter.draft_checked,
+        # which needs the target's vocabulary); False: only as copied.
+        if check_copies and not isinstance(model, DraftModelDrafter):
+            raise ValueError("only a draft model of the target's vocabulary checks copies")
         self.check_copies = check_copies
-        self._source: DraftModelDrafter | PromptLookupDrafter = model
+        self._source: DraftModelDrafter | TextDraftDrafter | PromptLookupDrafter = model
         self._checking = False
 
     def options(self, context: list[int]) -> tuple[int, ...]:
@@ -126,6 +132,7 @@ class CombinedDrafter:
         copy = self.lookup.draft(context, n_max, sampling, rng)
         if not copy.tokens:
             return copy
+        assert isinstance(self.model, DraftModelDrafter)  # (check_copies)
         return self.model.draft_checked(context, copy.tokens, n_max, sampling, rng)
 
     def prepare(self, context: list[int]) -> None:

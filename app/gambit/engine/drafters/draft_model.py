@@ -1,4 +1,7 @@
-"""A second, smaller GGUF with the target's tokenizer drafts token by token."""
+"""A second, smaller GGUF with the target's tokenizer drafts token by token.
+
+(A draft with another tokenizer drafts through text: ``text_draft``.)
+"""
 
 from __future__ import annotations
 
@@ -22,38 +25,42 @@ VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5
 
 
-def check_compatible(target: ModelRuntime, draft: ModelRuntime) -> None:
-    """Raise ``IncompatibleDraftError`` with the reason unless ``draft`` can draft for ``target``.
-
-    The same rules as llama.cpp's ``common_speculative_are_compatible``.
-    """
-
-    def refuse(reason: str) -> None:
-        raise IncompatibleDraftError(
-            f"{draft.path.name} cannot draft for {target.path.name}: {reason}. "
-            "A draft model must use the same tokenizer as the target "
-            "(usually a smaller model of the same family)."
-        )
-
+def vocabulary_difference(target: ModelRuntime, draft: ModelRuntime) -> str | None:
+    """Why ``draft`` cannot draft for ``target`` token for token (None: it
+    can, their vocabularies agree): the rules of llama.cpp's
+    ``common_speculative_are_compatible``. A draft that differs drafts
+    through text instead (``gambit.engine.drafters.text_draft``)."""
     if target.vocab_type != draft.vocab_type:
-        refuse(f"different tokenizer types ({draft.vocab_type} vs {target.vocab_type})")
+        return f"different tokenizer types ({draft.vocab_type} vs {target.vocab_type})"
     if target.add_bos != draft.add_bos or (target.add_bos and target.bos_token != draft.bos_token):
-        refuse(f"different begin-of-text tokens ({draft.bos_token} vs {target.bos_token})")
+        return f"different begin-of-text tokens ({draft.bos_token} vs {target.bos_token})"
     if target.add_eos != draft.add_eos or (target.add_eos and target.eos_token != draft.eos_token):
-        refuse(f"different end-of-text tokens ({draft.eos_token} vs {target.eos_token})")
+        return f"different end-of-text tokens ({draft.eos_token} vs {target.eos_token})"
     diff = abs(target.n_vocab - draft.n_vocab)
     if diff > VOCAB_MAX_SIZE_DIFFERENCE:
-        refuse(
+        return (
             f"vocabulary sizes differ by {diff} "
             f"({draft.n_vocab:,} vs {target.n_vocab:,} tokens; at most "
             f"{VOCAB_MAX_SIZE_DIFFERENCE} allowed)"
         )
     if target.tokenizer_digest and target.tokenizer_digest == draft.tokenizer_digest:
-        return  # the same tokenizer model, pre-tokenizer and token texts (GGUF headers)
+        return None  # the same tokenizer model, pre-tokenizer and token texts (GGUF headers)
     for i in range(VOCAB_CHECK_START_TOKEN_ID, min(target.n_vocab, draft.n_vocab)):
         t_tgt, t_dft = target.token_text(i), draft.token_text(i)
         if t_tgt != t_dft:
-            refuse(f"token {i} differs ({t_dft!r} vs {t_tgt!r})")
+            return f"token {i} differs ({t_dft!r} vs {t_tgt!r})"
+    return None
+
+
+def check_compatible(target: ModelRuntime, draft: ModelRuntime) -> None:
+    """Raise ``IncompatibleDraftError`` with the reason unless ``draft`` shares
+    ``target``'s vocabulary (as a derived draft must: layer skip, re-quantized)."""
+    reason = vocabulary_difference(target, draft)
+    if reason is not None:
+        raise IncompatibleDraftError(
+            f"{draft.path.name} cannot draft for {target.path.name} token for token: "
+            f"{reason}. A draft derived from a model must keep its tokenizer."
+        )
 
 
 @dataclass

@@ -17,8 +17,13 @@ from typing import TYPE_CHECKING, Literal
 
 from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.combined import CombinedDrafter
-from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
+from gambit.engine.drafters.draft_model import (
+    DraftModelDrafter,
+    check_compatible,
+    vocabulary_difference,
+)
 from gambit.engine.drafters.lookup import PromptLookupDrafter
+from gambit.engine.drafters.text_draft import TextDraftDrafter
 from gambit.errors import ModelFileError
 from gambit.formats.layerskip_file import LayerSkipInfo, read_layer_skip_info
 
@@ -94,30 +99,39 @@ def _build_lookup(given: BuildInput) -> Built:
     return Built(PromptLookupDrafter(ngram_max=given.lookup_ngram_max))
 
 
-def _build_draft(given: BuildInput) -> Built:
+def _model_drafter(given: BuildInput) -> DraftModelDrafter | TextDraftDrafter:
+    """The draft model's drafter: token for token where it shares the target's
+    vocabulary, through text where it does not (the two tokenizers decide)."""
     assert given.draft is not None
-    check_compatible(given.target, given.draft)
-    return Built(DraftModelDrafter(given.draft))
+    if vocabulary_difference(given.target, given.draft) is None:
+        return DraftModelDrafter(given.draft)
+    return TextDraftDrafter(given.target, given.draft)
+
+
+def _build_draft(given: BuildInput) -> Built:
+    return Built(_model_drafter(given))
 
 
 def _build_combined(given: BuildInput) -> Built:
-    model = _build_draft(given).drafter
-    assert isinstance(model, DraftModelDrafter)
-    return Built(CombinedDrafter(model, PromptLookupDrafter(ngram_max=given.lookup_ngram_max)))
+    model = _model_drafter(given)
+    lookup = PromptLookupDrafter(ngram_max=given.lookup_ngram_max)
+    # Copies checked by the draft model need its logits over the target's
+    # tokens: a draft through text proposes its own text instead.
+    return Built(CombinedDrafter(model, lookup, check_copies=isinstance(model, DraftModelDrafter)))
 
 
 def _build_layerskip(given: BuildInput) -> Built:
     assert given.draft is not None and given.draft_path is not None
-    built = _build_draft(given)
-    built.layer_skip = read_layer_skip_info(given.draft_path)
+    check_compatible(given.target, given.draft)  # (derived from the target: always)
+    drafter = DraftModelDrafter(given.draft)
+    drafter.name = "layer skip"
+    built = Built(drafter, read_layer_skip_info(given.draft_path))
     if built.layer_skip is None:
         raise ModelFileError(
             str(given.draft_path),
             "not a layer-skip draft (it has no gambit.layer_skip "
             "metadata); derive one with `gambit-cli models layerskip`",
         )
-    assert built.drafter is not None
-    built.drafter.name = "layer skip"
     return built
 
 
@@ -157,13 +171,15 @@ _SPECS = (
         label="Draft model",
         short="draft model",
         tag="draft",
-        help="A smaller model with the same tokenizer guesses ahead.",
+        help="A much smaller model guesses ahead: token for token where it shares the"
+        " target's tokenizer, through text where it does not.",
         file="chosen",
         tree=True,
         free=False,
         build=_build_draft,
         cli_flag="--draft",
-        cli_help="draft GGUF model with the target's tokenizer",
+        cli_help="draft GGUF model: any much smaller model (one with another tokenizer "
+        "drafts through text)",
     ),
     DrafterSpec(
         kind="draft+lookup",

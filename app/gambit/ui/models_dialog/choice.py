@@ -118,7 +118,7 @@ class Choice:
         if same_file(target_path, entry.path):
             return False, Said(
                 f"{entry.path.name} is the target: a model cannot draft for itself. "
-                "Choose a smaller model with the same tokenizer, or derive one.",
+                "Choose a much smaller model, or derive one.",
                 "bad",
             )
         try:
@@ -135,7 +135,8 @@ class Choice:
         if DRAFTERS[self.drafter].file != "chosen":
             self.drafter = "draft"
         self.draft = str(entry.path)
-        text = f"{entry.path.name} drafts for {target_path.name}: same tokenizer."
+        how = "through text (another tokenizer)" if report.through_text else "same tokenizer"
+        text = f"{entry.path.name} drafts for {target_path.name}: {how}."
         if report.notes:
             text += "\nNote: " + "; ".join(report.notes) + "."
         return True, Said(text, "warn" if report.notes else "good")

@@ -1,0 +1,140 @@
+"""A draft model with a tokenizer of its own drafts through text.
+
+Any much smaller model can draft for any target: the committed tokens are
+turned into text and into the draft's tokens (``DraftContext``, re-tokenizing
+only the tail that changed, so the draft's cache keeps its prefix), the draft
+continues the text greedily in its own tokens, and the text it wrote is
+tokenized with the target's vocabulary (``target_proposal``) and proposed as
+point masses, as prompt lookup's copies are.
+
+Lossless at every temperature: the proposal depends on the committed context
+alone (the draft is greedy, with no randomness of its own), and verification
+checks a point mass x by accepting it with p(x) and resampling from p without
+x otherwise, which emits exactly the target's distribution whatever x was.
+Greedy is also the best a point mass can do: the chance it lands is p(x),
+highest where x is the likeliest token, which the draft's argmax guesses.
+
+What a round costs is measured as for any draft model: the rounds' drafting
+time per proposed target token, tokenizing included, is what the policy
+prices (``CostModel.observe_drafting``), so a pair whose text drafting does
+not pay is switched off like any other.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+
+from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
+from gambit.engine.drafters.draft_model import DraftModelDrafter
+from gambit.engine.drafters.text_align import DraftContext, DraftView, target_proposal
+from gambit.engine.runtime import ModelRuntime
+from gambit.engine.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0)
+# Draft steps per target token: its running mean's weight, and bounds.
+RATIO_WEIGHT = 0.2
+RATIO_MIN, RATIO_MAX = 0.25, 4.0
+# Context the draft's cache may hold, short of its size: room for a draft.
+DRAFT_ROOM = 64
+# When the draft's context outgrows its cache, its start moves on in steps of
+# this share of the cache, so that rounds between two moves keep the cache.
+SHIFT_SHARE = 0.25
+
+
+class TextDraftDrafter:
+    """Drafts for ``target`` with ``draft``, a model of another tokenizer,
+    through text (see the module docstring). Chains only."""
+
+    name = "draft model (through text)"
+
+    def __init__(self, target: ModelRuntime, draft: ModelRuntime) -> None:
+        self.target = target  # its tokenizer only: this drafter never decodes it
+        self.model = DraftModelDrafter(draft, sampling=GREEDY)
+        self.text = DraftContext(target, draft)
+        self._start = 0  # the draft's context begins at this of its tokens
+        # Draft tokens per target token of the same text; measured on a sample
+        # now, then on every draft.
+        self.steps_per_token = _token_ratio(target, draft)
+
+    def draft(
+        self,
+        context: list[int],
+        n_max: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+    ) -> Draft:
+        if n_max <= 0 or not context:
+            return EMPTY_DRAFT
+        t0 = time.perf_counter()
+        view = self.text.sync(context)
+        tokens = self._window(view.tokens)
+        t_text = time.perf_counter() - t0
+        # One draft token more than the text of n_max target tokens: a lookahead
+        # that settles where the last of them ends (Drafted.settled).
+        n_steps = math.ceil(n_max * self.steps_per_token) + 1
+        drafted = self.model.draft(tokens, n_steps, GREEDY, rng)
+        text = self.text.drafted_text(view, drafted.tokens)
+        proposal = target_proposal(self.target, context, text)
+        self._learn_ratio(len(drafted.tokens) - (0 if text.ended else 1), len(proposal))
+        return Draft(tuple(proposal[:n_max]), None, drafted.n_synced, drafted.t_synced_s + t_text)
+
+    def _window(self, tokens: list[int]) -> list[int]:
+        """The part of the draft's context its cache holds: all of it while it
+        fits, then from a start that moves on in steps (``SHIFT_SHARE``)."""
+        room = self.model.runtime.n_ctx - DRAFT_ROOM
+        if len(tokens) <= room:
+            self._start = 0
+            return tokens
+        step = max(1, int(room * SHIFT_SHARE))
+        if self._start > len(tokens) or len(tokens) - self._start > room:
+            self._start = ((len(tokens) - room) // step + 1) * step
+        return tokens[self._start :]
+
+    def _learn_ratio(self, n_steps: int, n_target: int) -> None:
+        """Draft steps per target token, from a draft of ``n_steps`` (lookahead
+        not counted) whose settled text made ``n_target`` target tokens."""
+        if n_steps < 2 or n_target < 2:
+            return
+        seen = min(RATIO_MAX, max(RATIO_MIN, n_steps / n_target))
+        self.steps_per_token += RATIO_WEIGHT * (seen - self.steps_per_token)
+
+    def hint(self, context: list[int]) -> int | None:
+        return 0  # its confidence is only known by drafting
+
+    def source(self, hint: int) -> str:
+        return self.name
+
+    def prepare(self, context: list[int]) -> None:
+        if context:
+            self.model.prepare(self._window(self._view(context).tokens))
+
+    def behind(self, context: list[int]) -> int:
+        if not context:
+            return 0
+        return self.model.behind(self._window(self._view(context).tokens))
+
+    def _view(self, context: list[int]) -> DraftView:
+        return self.text.sync(context)
+
+    def set_abort(self, event: threading.Event | None) -> None:
+        self.model.set_abort(event)
+
+    def close(self) -> None:
+        self.model.close()
+
+
+SAMPLE_TEXT = (
+    "The committee met on Tuesday to review the budget. In 2023, costs rose by 4.5 % "
+    "while income stayed flat.\n\ndef mean(values):\n    return sum(values) / len(values)\n"
+)
+
+
+def _token_ratio(target: ModelRuntime, draft: ModelRuntime) -> float:
+    """Draft tokens per target token on a sample of prose and code."""
+    n_tgt = len(target.tokenize(SAMPLE_TEXT, add_special=False, parse_special=False))
+    n_dft = len(draft.tokenize(SAMPLE_TEXT, add_special=False, parse_special=False))
+    return min(RATIO_MAX, max(RATIO_MIN, n_dft / max(1, n_tgt)))
