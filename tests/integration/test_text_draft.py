@@ -162,6 +162,33 @@ def test_the_draft_context_follows_edits_by_re_tokenizing_only_its_tail(
     assert work < 60 * len(text.encode()) / 4
 
 
+def test_a_token_the_draft_would_not_have_made_is_written_again_first(
+    rt_gemma_q8_0: ModelRuntime, rt_q4_1: ModelRuntime
+) -> None:
+    """Token healing: Gemma commits "    " after a newline, which SmolLM2's
+    tokenizer reads as one token "\\n    " it would never produce before a
+    word ("\\n   " + " return" is its own way). Shown that token, it drafted
+    a second newline; held back and written again first, it drafts on."""
+    target = rt_gemma_q8_0
+    head = (
+        'def write_rows(path, rows):\n    """Write dictionaries to a CSV file, one row each."""\n'
+    )
+    context = target.tokenize(head, add_special=True, parse_special=False)
+    context += _tokens(target, "    ")
+    drafter = TextDraftDrafter(target, rt_q4_1)
+    view = drafter.text.sync(context)
+    assert rt_q4_1.token_piece(view.tokens[-1]) == b"\n    "  # (after '"""')
+    healed = view.healed(rt_q4_1)
+    assert healed.withheld == b"\n    " and healed.tokens == view.tokens[:-1]
+    writers = drafter.pieces.writing(b"\n    ")
+    pieces = {rt_q4_1.token_piece(int(t)) for t in writers}
+    assert b"\n   " in pieces and b"\n    " in pieces  # a start of it, or all of it
+    assert all(b"\n    ".startswith(p) or p.startswith(b"\n    ") for p in pieces)
+    proposal = drafter.draft(context, 6, GREEDY, np.random.default_rng(0))
+    written = _spelled(target, list(proposal.tokens))
+    assert written and not written.startswith(b"\n"), written
+
+
 # -------------------------------------------------------------- end to end
 PROMPTS = [
     "Repeat this list exactly, one item per line: apple, pear, plum, cherry, apple, pear.",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,6 +125,29 @@ class DraftModelDrafter:
             return EMPTY_DRAFT
         q = None if sampling.greedy else run.q
         return Draft(tuple(run.tokens), q, run.n_synced, run.t_synced_s)
+
+    def draft_picked(
+        self, context: list[int], n_max: int, pick: Callable[[np.ndarray], int]
+    ) -> Draft:
+        """Up to ``n_max`` tokens, each the one ``pick`` chooses from its logits
+        row (a deterministic drafter: point masses; ``TextDraftDrafter``'s
+        greedy steps that first write a held-back token again)."""
+        rt = self.runtime
+        view = self._view(context)
+        n_max = min(n_max, rt.n_ctx - len(view))
+        if n_max <= 0:
+            return EMPTY_DRAFT
+        t0 = time.perf_counter()
+        n_synced = rt.sync(view)
+        t_synced = time.perf_counter() - t0
+        tokens: list[int] = []
+        for i in range(n_max):
+            tok = pick(rt.logits(-1))
+            tokens.append(tok)
+            if rt.is_eog(tok) or i == n_max - 1:
+                break
+            rt.decode([tok])
+        return Draft(tuple(tokens), None, n_synced, t_synced)
 
     def draft_checked(
         self,

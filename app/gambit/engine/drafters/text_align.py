@@ -26,9 +26,13 @@ of a character.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 
 class Vocabulary(Protocol):
@@ -104,10 +108,33 @@ def token_ends(
 
 @dataclass(frozen=True, slots=True)
 class DraftView:
-    """The committed text as the draft model reads it."""
+    """The committed text as the draft model reads it: all of it in
+    ``tokens`` (``DraftContext.sync``), or with its last token held back
+    (``healed``), which the draft writes again under ``PieceIndex.heal``'s
+    constraint."""
 
     tokens: list[int]  # the draft's tokens (its BOS first where it adds one)
     n_text: int  # bytes of the committed text they cover: a character cut short waits
+    withheld: bytes = b""  # committed text the draft must write first (a held-back token)
+
+    def healed(self, draft: Vocabulary) -> DraftView:
+        """The view without its last token, whose text becomes ``withheld``.
+
+        Token healing: the committed text was cut where the *target's*
+        tokens end, which is often inside what the draft's tokenizer would
+        make one token ("\\n    " before "with" is "\\n   " + " with" in
+        SmolLM2's). A draft shown a token it would never have produced there
+        guesses badly (measured: a second newline, 0 of 16 landing); shown
+        the text before it, and made to write it again first, it continues
+        as it would have.
+        """
+        head = 1 if self.tokens and draft.add_bos and self.tokens[0] == draft.bos_token else 0
+        if len(self.tokens) <= max(1, head):
+            return self  # nothing to hold back (the draft needs a token to read)
+        piece = draft.token_piece(self.tokens[-1])
+        if not piece:
+            return self  # a control token: nothing to write again
+        return DraftView(self.tokens[:-1], self.n_text - len(piece), piece + self.withheld)
 
 
 class DraftContext:
@@ -153,7 +180,8 @@ class DraftContext:
             self._tgt.append(tok)
             self._tgt_ends.append(len(self._text))
         self._retokenize(unchanged)
-        return DraftView(self._head + self._dft, self._dft_ends[-1] if self._dft_ends else 0)
+        n_text = self._dft_ends[-1] if self._dft_ends else 0
+        return DraftView(self._head + self._dft, n_text, bytes(self._text[n_text:]))
 
     def _retokenize(self, unchanged: int) -> None:
         """Bring the draft's tokens to the text, whose first ``unchanged`` bytes
@@ -225,6 +253,60 @@ class Drafted:
     # or all of it where the draft ended its text.
     settled: int
     ended: bool
+
+
+class PieceIndex:
+    """A vocabulary's tokens by their text, for token healing: which tokens
+    can write the start of some bytes (their piece begins with them, or is a
+    part of their beginning)."""
+
+    def __init__(self, vocab: Vocabulary, n_vocab: int) -> None:
+        pieces = [vocab.token_piece(t) for t in range(n_vocab)]
+        order = sorted((t for t in range(n_vocab) if pieces[t]), key=pieces.__getitem__)
+        self._sorted = [pieces[t] for t in order]
+        self._ids = np.array(order, dtype=np.int64)
+        self._pieces = pieces
+        self._by_piece: dict[bytes, list[int]] = {}
+        for t in order:
+            self._by_piece.setdefault(pieces[t], []).append(t)
+        self._cache: dict[bytes, npt.NDArray[np.int64]] = {}
+
+    def piece(self, token: int) -> bytes:
+        return self._pieces[token]
+
+    def writing(self, text: bytes) -> npt.NDArray[np.int64]:
+        """Tokens whose piece starts with ``text``, or is a non-empty start of it."""
+        found = self._cache.get(text)
+        if found is None:
+            lo = bisect.bisect_left(self._sorted, text)
+            hi = lo
+            while hi < len(self._sorted) and self._sorted[hi].startswith(text):
+                hi += 1
+            shorter = [t for k in range(1, len(text)) for t in self._by_piece.get(text[:k], ())]
+            found = np.concatenate([self._ids[lo:hi], np.array(shorter, dtype=np.int64)])
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[text] = found
+        return found
+
+    def heal(self, withheld: bytes) -> Callable[[npt.NDArray[np.float32]], int]:
+        """A greedy pick that writes ``withheld`` first: while some of it is
+        left, the likeliest token that writes its start; then the argmax."""
+        rest = [withheld]
+
+        def pick(row: npt.NDArray[np.float32]) -> int:
+            if not rest[0]:
+                return int(np.argmax(row))
+            ids = self.writing(rest[0])
+            if len(ids) == 0:  # nothing writes it (a vocabulary without those bytes)
+                rest[0] = b""
+                return int(np.argmax(row))
+            token = int(ids[int(np.argmax(row[ids]))])
+            piece = self._pieces[token]
+            rest[0] = rest[0][len(piece) :] if rest[0].startswith(piece) else b""
+            return token
+
+        return pick
 
 
 def target_proposal(target: Vocabulary, context: Sequence[int], drafted: Drafted) -> list[int]:

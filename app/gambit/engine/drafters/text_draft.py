@@ -30,7 +30,12 @@ import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
 from gambit.engine.drafters.draft_model import DraftModelDrafter
-from gambit.engine.drafters.text_align import DraftContext, DraftView, target_proposal
+from gambit.engine.drafters.text_align import (
+    DraftContext,
+    DraftView,
+    PieceIndex,
+    target_proposal,
+)
 from gambit.engine.runtime import ModelRuntime
 from gambit.engine.sampling import SamplingParams
 
@@ -55,6 +60,7 @@ class TextDraftDrafter:
         self.target = target  # its tokenizer only: this drafter never decodes it
         self.model = DraftModelDrafter(draft, sampling=GREEDY)
         self.text = DraftContext(target, draft)
+        self.pieces = PieceIndex(draft, draft.n_vocab)  # (token healing; ~1 s for 262k tokens)
         self._start = 0  # the draft's context begins at this of its tokens
         # Draft tokens per target token of the same text; measured on a sample
         # now, then on every draft.
@@ -70,16 +76,17 @@ class TextDraftDrafter:
         if n_max <= 0 or not context:
             return EMPTY_DRAFT
         t0 = time.perf_counter()
-        view = self.text.sync(context)
+        view = self._view(context)
         tokens = self._window(view.tokens)
         t_text = time.perf_counter() - t0
-        # One draft token more than the text of n_max target tokens: a lookahead
-        # that settles where the last of them ends (Drafted.settled).
-        n_steps = math.ceil(n_max * self.steps_per_token) + 1
-        drafted = self.model.draft(tokens, n_steps, GREEDY, rng)
+        # The held-back token written again, the text of n_max target tokens,
+        # and one draft token more: a lookahead that settles where the last
+        # of them ends (Drafted.settled).
+        n_steps = math.ceil(n_max * self.steps_per_token) + 2
+        drafted = self.model.draft_picked(tokens, n_steps, self.pieces.heal(view.withheld))
         text = self.text.drafted_text(view, drafted.tokens)
         proposal = target_proposal(self.target, context, text)
-        self._learn_ratio(len(drafted.tokens) - (0 if text.ended else 1), len(proposal))
+        self._learn_ratio(len(drafted.tokens) - (1 if text.ended else 2), len(proposal))
         return Draft(tuple(proposal[:n_max]), None, drafted.n_synced, drafted.t_synced_s + t_text)
 
     def _window(self, tokens: list[int]) -> list[int]:
@@ -118,7 +125,8 @@ class TextDraftDrafter:
         return self.model.behind(self._window(self._view(context).tokens))
 
     def _view(self, context: list[int]) -> DraftView:
-        return self.text.sync(context)
+        """What the draft reads of ``context``: its last token held back (healed)."""
+        return self.text.sync(context).healed(self.text.draft)
 
     def set_abort(self, event: threading.Event | None) -> None:
         self.model.set_abort(event)
