@@ -27,9 +27,11 @@ from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
+from gambit.storage import measurements
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history_turns import read_turns
 from gambit.storage.paths import cache_dir
+from gambit.storage.settings import Settings
 
 # Both cores: the suite runs one test at a time, and no assertion here reads a clock.
 OPTIONS = RuntimeOptions(n_ctx=1024, n_threads=2)
@@ -262,3 +264,41 @@ def test_a_busy_machine_is_named_and_no_gain_is_credited_without_evidence(
             "Speculation off",
             "Not enough evidence yet: measure more turns",
         )
+
+
+def test_candidate_drafts_of_the_library_are_compared_and_one_is_applied_only_beyond_noise(
+    engine: Engine, tmp_path: Path, q4_1_first8: Path, smol_q4_1: Path, gemma_q4_k_m: Path
+) -> None:
+    """Which draft pays on my chats: the library's other drafts replay next to
+    the loaded one, each loaded for the measurement with its own costs; one
+    of another tokenizer drafts through text. The recommendation names a
+    draft only where its gain clears plain decoding's own spread."""
+    turns = read_turns(make_history(tmp_path / "drafts.sqlite3"))
+    drafts = [str(q4_1_first8), str(smol_q4_1), str(gemma_q4_k_m)]
+    configs, _ = plan(engine, [], ["adaptive"], False, drafts=drafts)
+    # The loaded draft is the draft model; the others are candidates.
+    assert [c.draft for c in configs] == [None, str(smol_q4_1), str(gemma_q4_k_m)]
+    report = run_measurement(engine, turns, configs, max_tokens=8)
+    all_modes = report["suites"]["ALL"]
+    gemma_mode = f"draft adaptive: {gemma_q4_k_m.name}"
+    assert set(all_modes) == {
+        "target-only", "draft adaptive", f"draft adaptive: {smol_q4_1.name}", gemma_mode,
+    }  # fmt: skip
+    # A Gemma step costs ~8 of this short target's: the policy never drafts
+    # with it, so it claims nothing and cannot be recommended.
+    assert all_modes[gemma_mode]["speedup"] is None
+    assert all_modes[gemma_mode]["divergence_rate"] == 0.0
+    assert next(m for m in report["modes"] if m["name"] == gemma_mode)["draft"] == str(gemma_q4_k_m)
+    rec = report["recommendation"]
+    assert rec["mode"] != gemma_mode
+    if rec["off"]:
+        assert rec["mode"] is None
+    else:
+        assert all_modes[rec["mode"]]["speedup"] - 1.0 > report["noise"]
+        chosen = next(m for m in report["modes"] if m["name"] == rec["mode"])
+        assert rec["draft_model"] == chosen["draft"]
+        applied = measurements.recommended_settings(Settings(), report)
+        assert applied.drafter == "draft"
+        assert applied.draft_model == (chosen["draft"] or str(engine.config.draft))
+    # The engine's own drafter and costs are untouched; the candidates unload with it.
+    assert engine.draft_runtime is not None and engine.draft_runtime.path == q4_1_first8

@@ -119,6 +119,26 @@ def test_a_gain_within_the_noise_is_not_enough_evidence() -> None:
     assert "busy during 12 of 40 replays" in rec["reason"]
 
 
+def test_a_candidate_draft_is_recommended_with_its_file_only_beyond_the_noise() -> None:
+    rep = _report({"ALL": {**ALL_PLAIN, "draft adaptive": 1.10}})
+    candidate = MeasureConfig("draft", "adaptive", draft="/lib/gemma.gguf")
+    rep["modes"].append(candidate.describe())
+    rep["suites"]["ALL"][candidate.name] = {
+        "speedup": 1.30, "tokens_per_s": 13.0, "divergence_rate": 0.0,
+    }  # fmt: skip
+    rep["noise"] = 0.35  # its 1.30x is within plain decoding's own spread: no draft named
+    rec = recommend(rep)
+    assert rec["off"] and rec["apply"] is False and rec.get("draft_model") is None
+    rep["noise"] = 0.05
+    rec = recommend(rep)
+    assert rec["mode"] == "draft adaptive: gemma.gguf" and rec["draft_model"] == "/lib/gemma.gguf"
+    assert rec["headline"] == "Draft gemma.gguf, adaptive: 1.30x on your chats"
+    # The loaded draft, when it is the best, applies as the report's draft.
+    rep["suites"]["ALL"][candidate.name]["speedup"] = 1.05
+    rec = recommend(rep)
+    assert rec["mode"] == "draft adaptive" and rec["draft_model"] is None
+
+
 def test_one_kind_of_turn_says_what_it_was_measured_on() -> None:
     rep = _report({"chat": {**ALL_PLAIN, "draft adaptive": 1.2},
                    "ALL": {**ALL_PLAIN, "draft adaptive": 1.2}}, turns=3)  # fmt: skip

@@ -33,6 +33,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gambit.bench.costs import CALIBRATION_CONTEXT, cost_summary
@@ -40,7 +41,6 @@ from gambit.bench.measure_report import recommend, regime_sentence, turn_kind
 from gambit.bench.runner import TARGET_ONLY, ModeTotals
 from gambit.engine.backend import detect_backend
 from gambit.engine.busy import LoadMeter, LoadReading
-from gambit.engine.calibration import calibrate
 from gambit.engine.chat import Message
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, DrafterKind, spec
 from gambit.engine.estimates import CostModel
@@ -71,6 +71,9 @@ class MeasureConfig:
     drafter: DrafterKind
     policy: str = "adaptive"
     tree: bool = False
+    # A draft model of the library other than the loaded one (drafter
+    # "draft"): which draft pays on these chats (``Engine.replay(draft=...)``).
+    draft: str | None = None
 
     @property
     def gamma(self) -> int | None:
@@ -78,13 +81,18 @@ class MeasureConfig:
 
     @property
     def name(self) -> str:
-        """The mode's key in the report: "lookup adaptive", "tree draft fixed=4"."""
-        return f"{'tree ' if self.tree else ''}{self.drafter} {self.policy}"
+        """The mode's key in the report: "lookup adaptive", "tree draft fixed=4",
+        "draft adaptive: D.gguf" (a candidate draft)."""
+        name = f"{'tree ' if self.tree else ''}{self.drafter} {self.policy}"
+        return f"{name}: {Path(self.draft).name}" if self.draft else name
 
     @property
     def label(self) -> str:
-        """In words: "prompt lookup, adaptive", "draft model tree, γ=4"."""
+        """In words: "prompt lookup, adaptive", "draft model tree, γ=4",
+        "draft D.gguf, adaptive"."""
         drafter = DRAFTER_LABELS.get(self.drafter, self.drafter) + (" tree" if self.tree else "")
+        if self.draft:
+            drafter = f"draft {Path(self.draft).name}"
         return f"{drafter}, {'adaptive' if self.gamma is None else f'γ={self.gamma}'}"
 
     def describe(self) -> dict[str, Any]:
@@ -95,6 +103,7 @@ class MeasureConfig:
             "policy": self.policy,
             "gamma": self.gamma,
             "tree": self.tree,
+            "draft": self.draft,
         }
 
 
@@ -147,11 +156,17 @@ def trees_available(engine: Engine) -> bool:
 
 
 def plan(
-    engine: Engine, drafters: Sequence[str], policies: Sequence[str], trees: bool
+    engine: Engine,
+    drafters: Sequence[str],
+    policies: Sequence[str],
+    trees: bool,
+    drafts: Sequence[str] = (),
 ) -> tuple[list[MeasureConfig], list[str]]:
     """The configurations to run for the chosen drafters and policies, and a
     note for each choice the loaded models cannot serve. Trees run under the
-    adaptive policy, which chooses their side nodes."""
+    adaptive policy, which chooses their side nodes. ``drafts``: draft models
+    of the library to compare besides the loaded drafters, each under the
+    adaptive policy (loaded next to the target for the measurement)."""
     notes: list[str] = []
     usable = available_drafters(engine)
     gamma_max = engine.config.gamma_max
@@ -175,6 +190,15 @@ def plan(
         configs += [MeasureConfig(kind, p) for p in kept_policies]
         if trees:
             configs.append(MeasureConfig(kind, "adaptive", tree=True))
+    for path in dict.fromkeys(drafts):
+        if (
+            engine.config.draft is not None
+            and Path(path).resolve() == engine.config.draft.resolve()
+        ):
+            if "draft" not in drafters:  # (the loaded draft: as the draft model above)
+                configs.append(MeasureConfig("draft", "adaptive"))
+            continue
+        configs.append(MeasureConfig("draft", "adaptive", draft=str(path)))
     return configs, notes
 
 
@@ -192,15 +216,19 @@ class _Replayer:
         # Enough batch sizes for every chain and tree, and for t(5)/t(9).
         self.k_max = max(cfg.gamma_max, engine.node_max, 8) + 1
 
-    def calibrate(self) -> CostModel:
-        target = self.engine.target
-        context = min(CALIBRATION_CONTEXT, target.n_ctx // 2 - self.k_max)
-        return calibrate(target, self.engine.draft_runtime, self.k_max, context=max(context, 16))
+    def calibrate(self, draft: str | None = None) -> CostModel:
+        """The pair's costs now: with the loaded draft, or the candidate ``draft``."""
+        context = min(CALIBRATION_CONTEXT, self.engine.target.n_ctx // 2 - self.k_max)
+        path = Path(draft) if draft else None
+        return self.engine.calibrate(self.k_max, context=max(context, 16), draft=path)
 
     def decoder(self, config: MeasureConfig | None, costs: CostModel) -> Replay:
         if config is None:
             return self.engine.replay(None, costs)
-        return self.engine.replay(config.drafter, costs, gamma=config.gamma, tree=config.tree)
+        draft = Path(config.draft) if config.draft else None
+        return self.engine.replay(
+            config.drafter, costs, gamma=config.gamma, tree=config.tree, draft=draft
+        )
 
     def prompt(self, messages: Sequence[Message], reserve: int) -> list[int]:
         builder = self.engine.chat_builder
@@ -332,7 +360,9 @@ def run_measurement(
         costs = replayer.calibrate()
         decoders = {TARGET_ONLY: replayer.decoder(None, costs)}
         decoders[TARGET_ONLY_AGAIN] = decoders[TARGET_ONLY]
-        decoders |= {c.name: replayer.decoder(c, costs) for c in configs}
+        for c in configs:  # (a candidate draft: its own costs with this target)
+            own = replayer.calibrate(c.draft) if c.draft else costs
+            decoders[c.name] = replayer.decoder(c, own)
         _warm_up(replayer, costs, configs, sampling)
         t0 = time.perf_counter()
         for i, turn in enumerate(turns):

@@ -87,8 +87,15 @@ def _choose(all_modes: Mapping[str, Any], info: Mapping[str, Mapping[str, Any]])
     if b["policy"] != "adaptive":
         for m in candidates:
             i = info[m]
-            if (i["drafter"], i["tree"], i["policy"]) == (b["drafter"], b["tree"], "adaptive") and (
-                all_modes[m]["speedup"] >= all_modes[best]["speedup"] - ADAPTIVE_SLACK
+            same = (i["drafter"], i["tree"], i.get("draft")) == (
+                b["drafter"],
+                b["tree"],
+                b.get("draft"),
+            )
+            if (
+                same
+                and i["policy"] == "adaptive"
+                and (all_modes[m]["speedup"] >= all_modes[best]["speedup"] - ADAPTIVE_SLACK)
             ):
                 return m
     return best
@@ -144,6 +151,7 @@ def recommend(report: Mapping[str, Any]) -> dict[str, Any]:
         "mode": chosen,
         "speedup": speedup,
         "drafter": mode["drafter"],
+        "draft_model": mode.get("draft"),  # a candidate draft of the library (None: the loaded one)
         "policy": "adaptive" if mode["policy"] == "adaptive" else "fixed",
         "gamma": mode["gamma"],
         "tree": mode["tree"],

@@ -62,7 +62,6 @@ from gambit.bench.regimes_report import markdown_table, save_chart, text_table
 from gambit.bench.runner import TARGET_ONLY, BenchPrompt, ModeTotals, load_prompts, run_once
 from gambit.bench.targets import TargetSpec, derive_targets, parse_targets
 from gambit.engine.backend import detect_backend
-from gambit.engine.calibration import calibrate
 from gambit.engine.drafters.registry import DRAFTING, TREE_DRAFTERS, DrafterKind, spec
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import cpu_id
@@ -323,9 +322,7 @@ def run_pair(
     )
     cells: dict[str, Cell] = defaultdict(Cell)
     try:
-        costs = calibrate(
-            engine.target, engine.draft_runtime, engine.node_max + 1, context=CALIBRATION_CONTEXT
-        )
+        costs = engine.calibrate(engine.node_max + 1, context=CALIBRATION_CONTEXT)
         if spec(drafter).free:
             costs.t_draft = 0.0
         controllers = _controllers(engine, modes)

@@ -26,13 +26,17 @@ from gambit.fsutil import write_atomic
 log = logging.getLogger(__name__)
 
 
+# Tokens of filler context the calibration times batches on.
+CALIBRATION_FILLER = 32
+
+
 def calibrate(
     target: ModelRuntime,
     draft: ModelRuntime | None,
     k_max: int,
     costs: CostModel | None = None,
     repeats: int = 3,
-    context: int = 32,
+    context: int = CALIBRATION_FILLER,
 ) -> CostModel:
     """Measure t_target(k) for k = 1..k_max and one draft step, on this machine.
 

@@ -7,23 +7,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from gambit.engine.calibration import CostStore, calibrate
+from gambit.engine.calibration import CALIBRATION_FILLER, CostStore, calibrate
 from gambit.engine.chat import ChatPrompt, ChatPromptBuilder, Message
 
 # Public through this module: the policies Engine.new_controller makes, which
 # callers hold (one per mode in the bench) and hand back to use_controller.
 from gambit.engine.controller import GammaController as GammaController
 from gambit.engine.decoder import SpeculativeDecoder
-from gambit.engine.devices import gpu_devices
+from gambit.engine.draft_candidates import DraftCandidates
 from gambit.engine.drafters.base import ChoosingDrafter, Drafter
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
@@ -33,21 +34,22 @@ from gambit.engine.drafters.registry import (
     TREE_DRAFTERS,
     BuildInput,
     DrafterKind,
+    draft_steps_per_token,
     spec,
 )
 from gambit.engine.drafters.text_draft import TextDraftDrafter
 from gambit.engine.estimates import CostModel
-from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe, implied_kernels
+from gambit.engine.kernels import KernelChoice, KernelProbe
+from gambit.engine.model_loading import Progress, choose_kernels, load_draft_runtime
 from gambit.engine.placement import TargetPlacement
 from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, Decision, FixedGamma, PolicyMode
 from gambit.engine.reply import GenerationConfig, Round, StopReason
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
+from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.target_host import HostedRuntime, open_target
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.engine.tokens import common_prefix_length
 from gambit.errors import ModelFileError
-from gambit.formats.gguf_file import read_header
 
 if TYPE_CHECKING:
     from gambit.formats.layerskip_file import LayerSkipInfo
@@ -105,9 +107,6 @@ class EngineConfig:
             raise ValueError("gamma_max must be 1 or more")
 
 
-Progress = Callable[[str], None]  # what a load is doing now, in a sentence
-
-
 def greedy_acceptance(
     target: ModelRuntime,
     draft: ModelRuntime,
@@ -127,45 +126,6 @@ def greedy_acceptance(
             drafted += rnd.n_drafted
             accepted += rnd.n_accepted
     return accepted / drafted if drafted else 0.0
-
-
-def _choose_kernels(
-    probe: KernelProbe,
-    model: Path,
-    options: RuntimeOptions,
-    k_max: int,
-    wanted: Literal["exact", "fast"] | None = None,
-    progress: Progress | None = None,
-) -> tuple[RuntimeOptions, KernelChoice]:
-    """``options`` with the kernels the probe found best for ``wanted`` (default:
-    what ``strict_batch_invariance`` asks for); options that name their kernels
-    already are kept as they are. ``progress`` hears of a probe that must run."""
-    wanted = wanted or ("exact" if options.strict_batch_invariance else "fast")
-    if options.kernels is not None or not model.is_file():  # (ModelRuntime says what is wrong)
-        return options, KernelChoice(options.kernels or EXACT, wanted, None)
-    if not options.rpc_workers and _all_layers_on_gpu(model, options):
-        # CPU kernel configurations cannot matter where no layer runs on this CPU.
-        config = implied_kernels(wanted == "exact")
-        why = "not probed: no layer runs on this CPU"
-        return dataclasses.replace(options, kernels=config), KernelChoice(config, wanted, None, why)
-    threads = options.n_threads or default_threads()
-    if progress is not None and probe.cached(model, threads, options.n_gpu_layers, k_max) is None:
-        progress(f"Checking which llama.cpp kernels run {model.name} here (first load only)…")
-    verdict = probe.verdict(model, threads, options.n_gpu_layers, k_max)
-    config = verdict.exact() if wanted == "exact" else verdict.fastest()
-    return dataclasses.replace(options, kernels=config), KernelChoice(config, wanted, verdict)
-
-
-def _all_layers_on_gpu(model: Path, options: RuntimeOptions) -> bool:
-    """Whether every layer of ``model`` is offloaded to a GPU of this machine."""
-    if options.n_gpu_layers == 0 or not gpu_devices():
-        return False
-    if options.n_gpu_layers < 0:
-        return True
-    header = read_header(model)
-    blocks = header.metadata.get(f"{header.architecture}.block_count")
-    # llama.cpp counts the output layer as one more to offload.
-    return isinstance(blocks, int) and options.n_gpu_layers >= blocks + 1
 
 
 class Replay(Protocol):
@@ -189,6 +149,7 @@ class Engine:
         self.config = config
         self._ready = False
         self.drafter: Drafter | None = None  # (built below, after the models load)
+        self._candidates: DraftCandidates | None = None
         say = progress or (lambda _: None)
         target_options = config.target_options
         if self.tree:
@@ -197,7 +158,7 @@ class Engine:
                 target_options, n_seq_max=max(target_options.n_seq_max, config.tree_nodes)
             )
         probe = KernelProbe(config.kernel_cache)
-        target_options, self.target_kernels = _choose_kernels(
+        target_options, self.target_kernels = choose_kernels(
             probe, config.target, target_options, self.node_max + 1, progress=progress
         )
         say(f"Loading {config.target.name}…")
@@ -239,18 +200,11 @@ class Engine:
                 "no layer-skip draft was derived for this model yet; run "
                 "`gambit-cli models layerskip` or load it from the app",
             )
-        # The draft always runs here: a network pass would cost more than it saves.
-        draft_options = dataclasses.replace(
-            config.draft_options or config.target_options, n_seq_max=1, rpc_workers=()
-        )
-        # The draft's numerics cannot change what the target accepts:
-        # it always runs the fastest kernels that work.
-        draft_options, self.draft_kernels = _choose_kernels(
-            probe, config.draft, draft_options, self.node_max + 1, "fast", progress
-        )
-        if progress is not None:
-            progress(f"Loading the draft {config.draft.name}…")
-        return ModelRuntime(config.draft, draft_options)
+        runtime, self.draft_kernels = load_draft_runtime(
+            config.draft, config.draft_options or config.target_options, probe,
+            self.node_max + 1, progress,
+        )  # fmt: skip
+        return runtime
 
     @property
     def tree(self) -> bool:
@@ -302,13 +256,38 @@ class Engine:
             return kept
         if progress is not None:
             progress("Timing this machine for the pair (first load only)…")
-        costs = calibrate(self.target, self.draft_runtime, k_max)
-        model = self.drafter.model if isinstance(self.drafter, CombinedDrafter) else self.drafter
-        if isinstance(model, TextDraftDrafter):
-            # Calibrated per step of its own tokens; a round is priced per target token.
-            costs.draft_ratio *= model.steps_per_token
+        costs = self.calibrate(k_max)
         self._cost_store.save(key, costs)
         return costs
+
+    def calibrate(
+        self, k_max: int, *, context: int = CALIBRATION_FILLER, draft: Path | None = None
+    ) -> CostModel:
+        """Time t_target(k) and a draft step now (``calibrate``) with the loaded
+        draft model, or with ``draft``, a candidate (``replay(draft=...)``); a
+        step priced per target token (a draft through text takes more or
+        fewer steps per target token than one)."""
+        drafter, runtime = self.drafter, self.draft_runtime
+        if draft is not None and not self._is_loaded_draft(draft):
+            drafter, runtime = self.candidates.drafter(draft), self.candidates.runtime(draft)
+        costs = calibrate(self.target, runtime, k_max, context=context)
+        costs.draft_ratio *= draft_steps_per_token(drafter)
+        return costs
+
+    @property
+    def candidates(self) -> DraftCandidates:
+        """Draft models besides the loaded one, for replays (loaded on demand)."""
+        if self._candidates is None:
+            base = self.config.draft_options or self.config.target_options
+            self._candidates = DraftCandidates(
+                self.target, base, KernelProbe(self.config.kernel_cache),
+                self.node_max + 1, self.config.lookup_ngram_max,
+            )  # fmt: skip
+        return self._candidates
+
+    def _is_loaded_draft(self, path: Path) -> bool:
+        loaded = self.config.draft
+        return loaded is not None and os.path.realpath(loaded) == os.path.realpath(path)
 
     def keep_costs(self) -> None:
         """Keep what the controller has measured for the next load of this pair."""
@@ -419,6 +398,7 @@ class Engine:
         *,
         gamma: int | None = None,
         tree: bool = False,
+        draft: Path | None = None,
     ) -> Replay:
         """A decoder of its own on the loaded models, whose policy starts from
         ``costs`` and teaches this engine's controller nothing (Measure on my
@@ -431,7 +411,10 @@ class Engine:
             return SpeculativeDecoder(self.target, None, FixedGamma(0))
         kind = spec(drafter)
         chosen: Drafter | None
-        if not kind.loads_model:
+        if draft is not None and not self._is_loaded_draft(draft):
+            chosen = self.candidates.drafter(draft)  # (a candidate: drafter "draft")
+            drafter, tree = "draft", False
+        elif not kind.loads_model:
             given = BuildInput(self.target, None, None, self.config.lookup_ngram_max)
             chosen = kind.build(given).drafter
         elif isinstance(self.drafter, CombinedDrafter) and drafter == "draft":
@@ -571,6 +554,8 @@ class Engine:
     def close(self) -> None:
         if self._ready:  # (not when a load failed half-way: nothing was measured)
             self.keep_costs()
+        if self._candidates is not None:
+            self._candidates.close()
         if self.draft_runtime is not None:
             self.draft_runtime.close()
         self.target.close()

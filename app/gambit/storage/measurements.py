@@ -139,8 +139,9 @@ def recommended_settings(settings: Settings, report: Mapping[str, Any]) -> Setti
         changes["fixed_gamma"] = int(rec["gamma"])
         changes["gamma_max"] = max(settings.gamma_max, int(rec["gamma"]))
     chosen = rec["drafter"] in DRAFTERS and DRAFTERS[rec["drafter"]].file == "chosen"
-    if chosen and report.get("draft"):
-        changes["draft_model"] = str(report["draft"])
+    draft = rec.get("draft_model") or report.get("draft")  # a candidate, or the loaded one
+    if chosen and draft:
+        changes["draft_model"] = str(draft)
     new = settings.with_(**changes)
     problems = new.validate()
     if problems:

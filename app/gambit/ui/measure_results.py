@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from PySide6.QtCharts import (
@@ -70,6 +71,8 @@ def short_label(mode: dict[str, Any]) -> str:
     drafter = SHORT_DRAFTERS.get(mode["drafter"], mode["drafter"]) + (
         " tree" if mode["tree"] else ""
     )
+    if mode.get("draft"):  # a candidate draft: its file's name
+        drafter = Path(mode["draft"]).stem
     gamma = mode["gamma"]
     return f"{drafter}, {'adaptive' if gamma is None else f'γ={gamma}'}"
 

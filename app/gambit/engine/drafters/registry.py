@@ -223,6 +223,14 @@ COPYING_DRAFTERS: tuple[DrafterKind, ...] = tuple(
 )
 
 
+def draft_steps_per_token(drafter: Drafter | None) -> float:
+    """Draft model steps per target token: 1 for a draft of the target's
+    vocabulary, the measured ratio of tokens for one drafting through text
+    (a calibrated step is priced per target token with it)."""
+    model = drafter.model if isinstance(drafter, CombinedDrafter) else drafter
+    return model.steps_per_token if isinstance(model, TextDraftDrafter) else 1.0
+
+
 def combined_kind(kinds: set[str]) -> DrafterSpec | None:
     """The drafter made of exactly ``kinds`` (two or more), if there is one."""
     return next((s for s in _SPECS if s.combines and set(s.combines) == kinds), None)
