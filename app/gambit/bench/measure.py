@@ -222,6 +222,15 @@ class _Replayer:
         path = Path(draft) if draft else None
         return self.engine.calibrate(self.k_max, context=max(context, 16), draft=path)
 
+    def decoders(self, configs: Sequence[MeasureConfig], costs: CostModel) -> dict[str, Replay]:
+        """A decoder per mode, target-only's twice (one decoder); a candidate
+        draft's with its own costs with this target."""
+        plain = self.decoder(None, costs)
+        decoders = {TARGET_ONLY: plain, TARGET_ONLY_AGAIN: plain}
+        for c in configs:
+            decoders[c.name] = self.decoder(c, self.calibrate(c.draft) if c.draft else costs)
+        return decoders
+
     def decoder(self, config: MeasureConfig | None, costs: CostModel) -> Replay:
         if config is None:
             return self.engine.replay(None, costs)
@@ -358,11 +367,7 @@ def run_measurement(
     try:
         report_progress(MeasureProgress(0, total, 0.0, None, "Timing this machine…"))
         costs = replayer.calibrate()
-        decoders = {TARGET_ONLY: replayer.decoder(None, costs)}
-        decoders[TARGET_ONLY_AGAIN] = decoders[TARGET_ONLY]
-        for c in configs:  # (a candidate draft: its own costs with this target)
-            own = replayer.calibrate(c.draft) if c.draft else costs
-            decoders[c.name] = replayer.decoder(c, own)
+        decoders = replayer.decoders(configs, costs)
         _warm_up(replayer, costs, configs, sampling)
         t0 = time.perf_counter()
         for i, turn in enumerate(turns):
