@@ -37,7 +37,7 @@ from gambit.models.layerskip import (
 )
 from gambit.models.library import LibraryEntry, ModelLibrary
 from gambit.models.memory import MIB, available_memory, check_fits, estimate_memory
-from gambit.models.pairing import pair_report
+from gambit.models.pairing import drafts_through_text, pair_report
 from gambit.storage.paths import cache_dir
 
 
@@ -496,7 +496,11 @@ def cmd_import(args: argparse.Namespace) -> int:
           f"{info.quantization}, {_mb(info.file_size)}")  # fmt: skip
     drafts = library.drafts_for(info)
     if drafts:
-        print(f"compatible drafts in the library: {', '.join(d.path.name for d in drafts)} "
+        names = [
+            d.path.name + (" (through text)" if drafts_through_text(info, d) else "")
+            for d in drafts
+        ]
+        print(f"compatible drafts in the library: {', '.join(names)} "
               f"(suggested: {drafts[0].path.name})")  # fmt: skip
     return 0
 

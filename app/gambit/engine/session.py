@@ -228,8 +228,6 @@ class Engine:
         parts: list[str] = []
         if self.layer_skip is not None:
             parts.append(self.layer_skip.describe())
-        if self.drafts_through_text:
-            parts.append("through text")
         if self.drafter is not None:
             parts.append(f"tree, up to {self.config.tree_nodes} nodes" if self.tree else "chain")
         return " · ".join(parts) or None

@@ -90,6 +90,11 @@ def pair_report(target: ModelInfo, draft: ModelInfo) -> PairReport:
     )
 
 
+def drafts_through_text(target: ModelInfo, draft: ModelInfo) -> bool:
+    """Whether ``draft`` drafts for ``target`` through text (their vocabularies differ)."""
+    return bool(vocabulary_differences(target, draft))
+
+
 def vocabulary_differences(target: ModelInfo, draft: ModelInfo) -> list[str]:
     """Every reason ``draft`` cannot draft for ``target`` token for token
     (empty: their vocabularies agree)."""
@@ -202,7 +207,7 @@ def compatible_drafts(target: ModelInfo, candidates: Iterable[ModelInfo]) -> lis
         seen.add(key)
         if cand.file_size >= target.file_size:
             continue
-        through_text = bool(vocabulary_differences(target, cand))
+        through_text = drafts_through_text(target, cand)
         if much_cheaper(target, cand, through_text):
             found.append((through_text, cand.file_size, str(cand.path), cand))
     found.sort(key=lambda f: f[:3])

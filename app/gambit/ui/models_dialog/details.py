@@ -150,14 +150,21 @@ class DraftsGroup(QGroupBox):
         item.setFlags(Qt.ItemFlag.NoItemFlags)
         self.list.addItem(item)
 
-    def show_drafts(self, drafts: list[ModelInfo]) -> None:
+    def show_drafts(self, drafts: list[ModelInfo], through_text: set[str]) -> None:
+        """``drafts`` for the selection, the suggestion first; those whose paths
+        are in ``through_text`` have another tokenizer (they draft through text)."""
         self.list.clear()
         if not drafts:
-            item = QListWidgetItem("None yet: derive one below, or import a smaller sibling.")
+            item = QListWidgetItem(
+                "None yet: derive one below, or import a much smaller model (a sibling "
+                "drafts token for token, another family through text)."
+            )
             item.setFlags(Qt.ItemFlag.NoItemFlags)
             self.list.addItem(item)
         for i, info in enumerate(drafts):
             text = f"{info.path.name}  ·  {format_bytes(info.file_size)}"
+            if str(info.path) in through_text:
+                text += "  ·  through text"
             if i == 0:
                 text += "  ·  suggested"
             item = QListWidgetItem(text)

@@ -40,7 +40,7 @@ from gambit.models.derive import derive_draft, derived_name
 from gambit.models.derive import measure_acceptance as measure_draft
 from gambit.models.derive_advice import advise
 from gambit.models.library import LibraryEntry, ModelLibrary
-from gambit.models.pairing import estimate_pair
+from gambit.models.pairing import drafts_through_text, estimate_pair
 from gambit.qt.tasks import Job, TaskOutcome, TaskThread
 from gambit.storage.settings import Settings
 from gambit.ui import theme
@@ -86,7 +86,8 @@ class ModelsDialog(QDialog):
         self._settings = settings
         self._choice = Choice.of(settings, library.models_dir)
         self._entries: list[LibraryEntry] = []
-        self._drafts_cache: dict[str, list[ModelInfo]] = {}
+        # Per selected model: its drafts, and which of them draft through text.
+        self._drafts_cache: dict[str, tuple[list[ModelInfo], set[str]]] = {}
         self._derived: tuple[Path, Path] | None = None  # (target, draft) to measure
 
         self.setObjectName("modelsDialog")
@@ -458,15 +459,16 @@ class ModelsDialog(QDialog):
 
     def _show_drafts(self, entry: LibraryEntry) -> None:
         key = str(entry.path)
-        drafts = self._drafts_cache.get(key)
-        if drafts is None:
+        found = self._drafts_cache.get(key)
+        if found is None:
             try:
                 drafts = self.library.drafts_for(entry.info)
+                text = {str(d.path) for d in drafts if drafts_through_text(entry.info, d)}
             except (GambitError, OSError) as exc:
                 self.details.drafts.show_failure(str(exc))
                 return
-            self._drafts_cache[key] = drafts
-        self.details.drafts.show_drafts(drafts)
+            found = self._drafts_cache[key] = (drafts, text)
+        self.details.drafts.show_drafts(*found)
 
     def _update_choice(self) -> None:
         changed = self.chosen_settings() != self._settings
