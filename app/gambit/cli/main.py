@@ -318,10 +318,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         reading = load.read()
         tracker.stats.decode_s = engine.decode_seconds - d0
-        if tracker.stats.n_drafted:
-            engine.remeasure_baseline()  # plain decoding on this reply's context
+        baseline = engine.finish_reply(tracker.stats)  # plain decoding on this reply's context
         busy = reading.describe() if reading.busy else None
-        snap = tracker.snapshot(engine.baseline_tokens_per_s, busy=busy)
+        snap = tracker.snapshot(baseline, busy=busy)
         print(_stats_line(engine, snap, stop.value if stop else "?"), file=sys.stderr)
     return signals.exit_code if cancel.is_set() else 0
 

@@ -37,6 +37,7 @@ from gambit.engine.drafters.registry import (
 )
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe, implied_kernels
+from gambit.engine.metrics import GenerationStats, plain_tokens_per_s, reply_baseline
 from gambit.engine.placement import TargetPlacement
 from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, Decision, FixedGamma, PolicyMode
 from gambit.engine.reply import GenerationConfig, Round, StopReason
@@ -226,6 +227,9 @@ class Engine:
         self.controller = self.new_controller(config.policy)
         self.decoder = SpeculativeDecoder(self.target, drafter, self.controller)
         self._chat: ChatPromptBuilder | None = None
+        # Plain decoding's rate as the last reply measured it (finish_reply);
+        # until then the load's (none without a drafter: replies are plain).
+        self._baseline = self.controller.baseline_tokens_per_s if self.costs.t1 > 0 else 0.0
         self._ready = True
 
     def _load_draft(self, probe: KernelProbe, progress: Progress | None) -> ModelRuntime:
@@ -356,10 +360,27 @@ class Engine:
         cfg = self.config
         return most_draft_tokens(gamma_max=cfg.gamma_max, tree_nodes=cfg.tree_nodes, tree=self.tree)
 
+    def finish_reply(self, stats: GenerationStats, *, remeasure: bool = True) -> float:
+        """The baseline of the reply just streamed (``stats``), as
+        ``gambit.engine.metrics`` defines it: its own rate if it drafted
+        nothing, else plain decoding on its context, from a plain step
+        re-timed now (``remeasure_baseline``; with ``remeasure`` False, when
+        nobody waits for the figure, the last baseline). It becomes
+        ``baseline_tokens_per_s`` until the next reply ends, so that a reply's
+        baseline never moves while it streams."""
+        measured = self._baseline
+        step_rate = self.remeasure_baseline() if stats.n_drafted and remeasure else 0.0
+        if step_rate > 0:
+            measured = plain_tokens_per_s(1.0 / step_rate, stats)
+        baseline = reply_baseline(stats, measured)
+        if baseline > 0:
+            self._baseline = baseline
+        return baseline
+
     def remeasure_baseline(self) -> float:
         """Measure plain decoding on the last reply's own context and make it the
-        baseline (the controller's t_target(1)); returns the baseline in tokens/s,
-        0.0 when there was nothing to measure on.
+        controller's t_target(1); returns it in tokens/s, 0.0 when there was
+        nothing to measure on.
 
         One plain step is timed as a plain round takes it: decode the reply's
         last token on the full context, read its logits row and pick the top
@@ -478,8 +499,10 @@ class Engine:
 
     @property
     def baseline_tokens_per_s(self) -> float:
-        """Plain decoding's rate as last measured here (what speedups compare with)."""
-        return self.controller.baseline_tokens_per_s
+        """Plain decoding's rate as the last reply measured it (``finish_reply``),
+        or the load's before any: what a reply that drafts is compared with
+        while it streams. It changes only when a reply ends."""
+        return self._baseline
 
     @property
     def speculating(self) -> bool:

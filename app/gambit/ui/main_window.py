@@ -391,8 +391,10 @@ class MainWindow(WindowPanes):
                 failure = exc
         try:
             self.chat.end_reply(reply_footer(stats))  # as it will read when reopened
-            if result is not None:
-                self.stats.set_snapshot(result.snapshot)
+            if result is not None and result.snapshot.n_tokens:
+                self.stats.set_snapshot(result.snapshot)  # every figure from this reply
+            else:
+                self.stats.clear()  # no reply (refused, stopped at once): no figure at all
         finally:  # whatever failed, the window is idle again
             self.generating = False
             self._reply_id = None
