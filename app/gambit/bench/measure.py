@@ -163,13 +163,18 @@ def plan(
         else:
             notes.append(f"policy {p} left out: fixed γ must be 1 to max γ ({gamma_max})")
     if trees and not trees_available(engine):
-        notes.append("trees left out: switch Tree drafts on in Settings to compare them")
+        notes.append(
+            "trees left out: switch on Settings → Speculation → Tree drafts to compare them"
+        )
         trees = False
     configs: list[MeasureConfig] = []
     for d in dict.fromkeys(drafters):
         if d not in usable:
             label = DRAFTER_LABELS.get(d, d)
-            notes.append(f"{label} left out: it is not loaded (choose it in Settings first)")
+            notes.append(
+                f"{label} left out: it is not loaded "
+                "(choose it in Settings → Models → Drafter first)"
+            )
             continue
         kind: DrafterKind = d
         configs += [MeasureConfig(kind, p) for p in kept_policies]

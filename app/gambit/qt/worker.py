@@ -447,7 +447,7 @@ class EngineWorker(QObject):
         decision = engine.decision
         gamma = decision.gamma if engine.speculating else 0
         if engine.drafter is None:
-            reason = "off: no drafter chosen (Settings → Speculation → Drafter)"
+            reason = "off: no drafter chosen (Settings → Models → Drafter)"
         elif not engine.speculating:
             reason = "off: speculation is switched off (the Speculation button)"
         else:

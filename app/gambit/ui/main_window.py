@@ -221,8 +221,8 @@ class MainWindow(WindowPanes):
             log.warning("could not save the settings: %s", exc)
         self._show_error(
             "Self-speculation is off",
-            f"{reason}\n\nReplies use plain decoding; the drafter in Settings is set back "
-            "to None (choose one there again at any time).",
+            f"{reason}\n\nReplies use plain decoding; the drafter (Settings → Models → "
+            "Drafter) is set back to None (choose one there again at any time).",
             warning=True,
         )
 

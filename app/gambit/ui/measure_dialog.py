@@ -283,7 +283,9 @@ class MeasureDialog(QDialog):
             box.setEnabled(usable)
             box.setChecked(usable)
             box.setToolTip(
-                "" if usable else "Not loaded: choose it in Settings or Models to compare it"
+                ""
+                if usable
+                else "Not loaded: choose it in Settings → Models → Drafter to compare it"
             )
         trees = info is not None and settings.tree_drafts and loaded != "none"
         self.trees_box.setEnabled(trees)
@@ -291,7 +293,7 @@ class MeasureDialog(QDialog):
         self.trees_box.setToolTip(
             "Also each drafter drafting token trees (adaptive policy)"
             if trees
-            else "Switch Tree drafts on in Settings to compare trees"
+            else "Switch on Settings → Speculation → Tree drafts to compare trees"
         )
         self._update_buttons()
 
