@@ -184,7 +184,19 @@ def test_measure_shows_results_and_applies_the_recommendation(
     dialog = open_dialog(qtbot, window)
     picker = dialog.findChild(QListWidget, "conversationPicker")
     assert isinstance(picker, QListWidget) and picker.count() == 3
-    assert dialog.last_turns.value() == 20  # the default: the latest 20 user turns
+    # The latest 20 user turns by default, but the chats hold 4: all 4 are
+    # offered, and the progress bar counts the replays they make (issue 35).
+    assert (dialog.last_turns.value(), dialog.last_turns.maximum()) == (4, 4)
+    bar = dialog.findChild(QProgressBar, "measureProgress")
+    assert isinstance(bar, QProgressBar)
+    assert bar.text() == "0 of 24 replays"  # 4 turns x (2 drafters x 2 policies + target-only x2)
+    refactor = picker.findItems("Refactor the config parser", Qt.MatchFlag.MatchStartsWith)[0]
+    refactor.setCheckState(Qt.CheckState.Unchecked)  # its 2 turns are not on offer then
+    assert (dialog.last_turns.value(), bar.text()) == (2, "0 of 12 replays")
+    refactor.setCheckState(Qt.CheckState.Checked)
+    assert (dialog.last_turns.value(), bar.text()) == (4, "0 of 24 replays")
+    totals: list[int] = []
+    window.worker.measure_progress.connect(lambda p: totals.append(p.total))
     # the loaded models offer prompt lookup and the draft model, not layer skip or trees
     assert dialog.drafter_boxes["lookup"].isChecked()
     assert dialog.drafter_boxes["draft"].isChecked()
@@ -202,6 +214,7 @@ def test_measure_shows_results_and_applies_the_recommendation(
     report = outcome.report
     assert report is not None and outcome.path is not None and outcome.path.is_file()
     assert report["turns"] == 4
+    assert set(totals) == {24}  # the run counted what the bar had said it would
     names = [m["name"] for m in report["modes"]]
     assert names == [
         "target-only", "lookup adaptive", "lookup fixed=4", "draft adaptive", "draft fixed=4",

@@ -321,7 +321,7 @@ def run_measurement(
     replayer = _Replayer(engine, cancel)
     names = [c.name for c in configs]
     modes = _rotation(names)
-    total = len(turns) * len(modes)
+    total = len(turns) * replays_per_turn(len(configs))
     report_progress = progress or (lambda p: None)
     started = time.time()
     tally = _Tally()
@@ -385,6 +385,12 @@ def _rotation(names: Sequence[str]) -> list[str]:
     (their difference is the noise), the configurations between."""
     half = (len(names) + 1) // 2
     return [TARGET_ONLY, *names[:half], TARGET_ONLY_AGAIN, *names[half:]]
+
+
+def replays_per_turn(n_configs: int) -> int:
+    """How many times a turn is replayed with ``n_configs`` configurations:
+    each once and target-only twice (``_rotation``)."""
+    return n_configs + 2
 
 
 def _mode_label(mode: str, configs: Sequence[MeasureConfig]) -> str:
