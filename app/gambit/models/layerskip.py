@@ -46,6 +46,7 @@ from gambit.models.layerskip_search import (
     references,
 )
 from gambit.models.library import ModelLibrary
+from gambit.words import counted
 
 __all__ = [
     "LayerSkipPlan",
@@ -239,7 +240,7 @@ def search_layer_skip(
     n = source.n_blocks
     if n < 3:
         raise LayerSkipError(
-            f"{src.name} has {n} block(s): layer skipping needs at least 3 (the first "
+            f"{src.name} has {counted(n, 'block')}: layer skipping needs at least 3 (the first "
             "and the last are always kept)"
         )
     texts = list(prompts) if prompts is not None else list(CALIBRATION_PROMPTS)

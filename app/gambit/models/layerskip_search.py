@@ -30,6 +30,7 @@ from gambit.formats.layerskip_file import (
     cancelled,
 )
 from gambit.fsutil import Progress
+from gambit.words import counted
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +321,7 @@ def explore(evaluate: Evaluator, n: int, budget: int, report: Progress) -> None:
 
     since_best = 0
     for k in range(2, len(ranked) + 1):
-        cand = run(ranked[:k], "prefix", f"trying {k} blocks skipped")
+        cand = run(ranked[:k], "prefix", f"trying {counted(k, 'block')} skipped")
         if cand is None:
             break
         since_best = 0 if evaluate.best().skipped == cand.skipped else since_best + 1
@@ -340,4 +341,4 @@ def explore(evaluate: Evaluator, n: int, budget: int, report: Progress) -> None:
         if weakest and rest:  # the least agreeing block swapped for the next
             proposals.append((chosen - set(weakest)) | {rest[0]})
         for skip in proposals:
-            run(skip, "refine", f"refining: {len(skip)} blocks skipped")
+            run(skip, "refine", f"refining: {counted(len(skip), 'block')} skipped")

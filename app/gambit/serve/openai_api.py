@@ -40,6 +40,7 @@ from gambit.engine.reply import GenerationConfig
 from gambit.engine.sampling import SamplingParams
 from gambit.serve.jobs import EngineHost, Job, Outcome
 from gambit.serve.prometheus import ServeMetrics
+from gambit.words import counted
 
 BODY_MAX_BYTES = 4 * 1024 * 1024
 MAX_TOKENS_LIMIT = 32768  # as the settings' Max tokens
@@ -170,7 +171,7 @@ class _Api:
             raise _invalid("stream must be true or false.", "stream")
         if self.pending >= self.options.queue_max:
             raise ApiError(
-                429, f"{self.pending} requests are running or waiting; try again shortly.",
+                429, f"{counted(self.pending, 'request')} running or waiting; try again shortly.",
                 "rate_limit_error", code="queue_full",
             )  # fmt: skip
         queue = _Queue(asyncio.get_running_loop())

@@ -57,6 +57,7 @@ from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations
 from gambit.storage.settings import Settings
 from gambit.ui import theme
 from gambit.ui.measure_results import MeasureResults
+from gambit.words import counted
 
 TURNS_ROLE = Qt.ItemDataRole.UserRole + 1  # a conversation item's user turns
 POLICIES = (("adaptive", "Adaptive γ", True), ("fixed=2", "Fixed γ=2", False),
@@ -83,6 +84,11 @@ def time_left(seconds: float | None) -> str:
     if seconds < 60:
         return f"about {max(1, round(seconds))} s left"
     return f"about {seconds / 60:.0f} min left" if seconds >= 90 else "about 1 min left"
+
+
+def _policy_fits(key: str, gamma_max: int) -> bool:
+    """Whether a measurement keeps a policy (a fixed γ above max γ is left out)."""
+    return key == "adaptive" or int(key.removeprefix("fixed=")) <= gamma_max
 
 
 class MeasureDialog(QDialog):
@@ -264,7 +270,7 @@ class MeasureDialog(QDialog):
             self.status.setText(str(exc))
         self.conversations.blockSignals(True)  # (the offer follows once, below)
         for c in convs:
-            turns = f"{c.n_user_turns} turn{'s' if c.n_user_turns != 1 else ''}"
+            turns = counted(c.n_user_turns, "turn")
             item = QListWidgetItem(f"{c.title} · {turns}")
             item.setData(Qt.ItemDataRole.UserRole, c.id)
             item.setData(TURNS_ROLE, c.n_user_turns)
@@ -336,9 +342,11 @@ class MeasureDialog(QDialog):
         """The replays Measure would run now: the turns offered, each target-only
         twice and once per drafter and policy ticked (trees: once more per drafter)."""
         gamma_max = self.host.settings().gamma_max
-        # (as the measurement plans them: a fixed γ above max γ is left out)
-        fits = lambda key: key == "adaptive" or int(key.removeprefix("fixed=")) <= gamma_max  # noqa: E731
-        policies = [key for key, box in self.policy_boxes.items() if box.isChecked() and fits(key)]
+        policies = [
+            key
+            for key, box in self.policy_boxes.items()
+            if box.isChecked() and _policy_fits(key, gamma_max)
+        ]
         trees = self.trees_box.isEnabled() and self.trees_box.isChecked()
         drafters = [b for b in self.drafter_boxes.values() if b.isEnabled() and b.isChecked()]
         n_configs = len(drafters) * (len(policies) + trees)

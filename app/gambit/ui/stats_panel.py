@@ -53,6 +53,7 @@ from gambit.ui.stats_charts import (
     set_range,
 )
 from gambit.ui.theme import Tone
+from gambit.words import counted
 
 if TYPE_CHECKING:
     from gambit.qt.worker import EngineInfo
@@ -135,7 +136,7 @@ def format_shape(gamma: int, side_nodes: int) -> str:
         return "off"
     if side_nodes <= 0:
         return f"γ {gamma}, a plain chain"
-    return f"γ {gamma} + {side_nodes} side node{'s' if side_nodes != 1 else ''}"
+    return f"γ {gamma} + {counted(side_nodes, 'side node')}"
 
 
 def drafter_line(info: EngineInfo) -> str:
