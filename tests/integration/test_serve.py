@@ -291,6 +291,7 @@ def test_gambit_cli_serve_answers_and_ends_cleanly_on_ctrl_c(
     env = {**os.environ, "GAMBIT_HOME": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "gambit", "serve", "--target", str(smol_q8_0), "--lookup",
+         "--policy", "fixed", "--gamma", "2",
          "--threads", "2", "--ctx", "1024", "--port", "0", "--temp", "0"],
         stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
@@ -304,8 +305,12 @@ def test_gambit_cli_serve_answers_and_ends_cleanly_on_ctrl_c(
         url = re.search(r"at (http://\S+/v1)", lines[-1])
         assert url is not None
         client = openai.OpenAI(base_url=url.group(1), api_key="none", max_retries=0)
-        reply = client.chat.completions.create(**chat(max_tokens=8))
+        reply = client.chat.completions.create(**chat(max_tokens=24))
         assert reply.choices[0].message.content
+        # --gamma applies with serve's --policy fixed (issue 35: serve had no --policy,
+        # and its --gamma did nothing): prompt lookup copies at most 2 tokens a round.
+        figures = (reply.model_extra or {})["gambit"]
+        assert figures["drafted_tokens"] > 0 and 0 < figures["mean_gamma"] <= 2, figures
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=DEADLINE_S) == 0
         assert "server stopped" in proc.stderr.read()

@@ -256,7 +256,9 @@ def _engine_config(args: argparse.Namespace, cancel: threading.Event | None = No
         cancel=cancel,
     ).path
     config = settings.engine_config(target, layer_skip_draft=draft)
-    if args.command == "generate":  # (its --policy has "off" too; the others adapt)
+    # generate's --policy has "off" too, serve's the window's two; bench and
+    # its measurements choose theirs per run.
+    if args.command in ("generate", "serve"):
         config = dataclasses.replace(config, policy=args.policy)
     return config
 
