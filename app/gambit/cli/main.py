@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gambit-cli",
         description="Local LLM generation with speculative decoding that shows whether it pays.",
+        epilog="Checking an installation: gambit-cli --self-test [options] (the same as the "
+        "app's gambit --self-test; add --help for its options) checks the model, the backend "
+        "and speculation and exits 0 or 1; gambit-cli --about prints the version and backend.",
     )
     parser.add_argument("--version", action="version", version=f"gambit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
@@ -295,6 +298,17 @@ def _stderr_progress(what: str = "Preparing the default model") -> Progress:
     return report
 
 
+def _refuse_empty_prompt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """As the window refuses an empty message, a chat needs one (exit 2); --raw
+    may continue from nothing, as a base model can."""
+    if args.command == "generate" and not args.raw and not args.prompt.strip():
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices["generate"].error(
+            "the prompt is empty: write the message to reply to "
+            "(--raw completes any text, even none)"
+        )
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     # Ctrl-C or SIGTERM stops the reply at the next round, or the layer-skip
@@ -422,9 +436,20 @@ class _Closing:
         self.engine.close()
 
 
+# The app's terminal modes, which gambit-cli answers too (the help's epilog):
+# on Windows the app itself has no console to print to.
+APP_MODES = ("--self-test", "--about")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] and args_in[0] in APP_MODES:
+        from gambit.ui.app import main as app_main  # (no window: it answers on the terminal)
+
+        return app_main(args_in)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
+    _refuse_empty_prompt(parser, args)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

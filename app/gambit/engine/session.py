@@ -554,8 +554,11 @@ class Engine:
         config: GenerationConfig,
         cancel: threading.Event | None = None,
     ) -> Iterator[Round]:
-        """Plain completion of ``text`` (base models, no chat template)."""
+        """Plain completion of ``text`` (base models, no chat template); from
+        nothing, the model's begin-of-text token is where it starts."""
         tokens = self.target.tokenize(text, add_special=True, parse_special=False)
+        if not tokens and self.target.bos_token >= 0:
+            tokens = [self.target.bos_token]
         yield from self._generate(tokens, config, cancel)
 
     def _generate(
