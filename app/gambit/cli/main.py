@@ -81,9 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gambit-cli",
         description="Local LLM generation with speculative decoding that shows whether it pays.",
-        epilog="Checking an installation: gambit-cli --self-test [options] (the same as the "
-        "app's gambit --self-test; add --help for its options) checks the model, the backend "
-        "and speculation and exits 0 or 1; gambit-cli --about prints the version and backend.",
+        epilog="Checking an installation: gambit-cli --self-test [options] checks the model, "
+        "the backend and speculation and exits 0 or 1 (add --help for its options; the app's "
+        "gambit --self-test checks its window too); gambit-cli --about prints the version "
+        "and backend.",
     )
     parser.add_argument("--version", action="version", version=f"gambit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
@@ -436,17 +437,28 @@ class _Closing:
         self.engine.close()
 
 
-# The app's terminal modes, which gambit-cli answers too (the help's epilog):
-# on Windows the app itself has no console to print to.
-APP_MODES = ("--self-test", "--about")
+def _app_mode(args_in: list[str]) -> int | None:
+    """The app's terminal modes, which gambit-cli answers too (its help's
+    epilog): the self-test (of Qt, without importing the window: the app's own
+    ``gambit --self-test`` checks that too) and --about; None for a command."""
+    if args_in[:1] == ["--self-test"]:
+        from gambit.cli.selftest import main as selftest_main
+        from gambit.logs import install_crash_handler
+
+        install_crash_handler()
+        return selftest_main(args_in[1:])
+    if args_in[:1] == ["--about"]:
+        from gambit.cli.selftest import about_main
+
+        return about_main()
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
-    if args_in[:1] and args_in[0] in APP_MODES:
-        from gambit.ui.app import main as app_main  # (no window: it answers on the terminal)
-
-        return app_main(args_in)
+    answered = _app_mode(args_in)
+    if answered is not None:
+        return answered
     parser = build_parser()
     args = parser.parse_args(args_in)
     _refuse_empty_prompt(parser, args)
