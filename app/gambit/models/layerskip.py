@@ -256,8 +256,12 @@ def search_layer_skip(
     ):
         refs = references(target_rt, texts, n_tokens, report, cancel)
         report("measuring verification cost", 0, 1)
-        costs = calibrate(target_rt, None, gamma_max + 1, repeats=10)
-        report("measuring verification cost", 1, 1)
+
+        def calibration_step(done: int, total: int) -> None:
+            report("measuring verification cost", done, total)
+            check_cancel(cancel)
+
+        costs = calibrate(target_rt, None, gamma_max + 1, repeats=10, step=calibration_step)
         evaluate = Evaluator(source, target_rt, refs, costs, opts, Path(tmp), gamma_max, cancel)
         report("measuring the target's own copy", 0, 1)
         control = evaluate.measure_controls(min(evaluate.N_CONTROLS, 1 + max_evaluations // 16))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,17 +68,29 @@ def prompt_tokens(rt: ModelRuntime, prompt: str, reserve: int) -> list[int]:
     return rt.tokenize(prompt, add_special=True, parse_special=False)
 
 
-def greedy_continuation(rt: ModelRuntime, prompt: list[int], n_tokens: int) -> list[int]:
+def greedy_continuation(
+    rt: ModelRuntime,
+    prompt: list[int],
+    n_tokens: int,
+    step: Callable[[int], None] | None = None,
+) -> list[int]:
+    """The target's greedy continuation of ``prompt``, up to ``n_tokens``;
+    ``step(n)`` hears of each token (the n-th), and may raise to stop there:
+    a token of a large model on a slow machine takes a second or more."""
     rt.clear()
-    rt.decode(prompt)
-    out: list[int] = []
-    for _ in range(n_tokens):
-        token = int(np.argmax(rt.logits(-1)))
-        out.append(token)
-        if rt.is_eog(token) or len(rt.kv_tokens) + 1 >= rt.n_ctx:
-            break
-        rt.decode([token])
-    rt.clear()
+    try:
+        rt.decode(prompt)
+        out: list[int] = []
+        for _ in range(n_tokens):
+            token = int(np.argmax(rt.logits(-1)))
+            out.append(token)
+            if step is not None:
+                step(len(out))
+            if rt.is_eog(token) or len(rt.kv_tokens) + 1 >= rt.n_ctx:
+                break
+            rt.decode([token])
+    finally:
+        rt.clear()
     return out
 
 
@@ -90,16 +102,24 @@ def references(
     cancel: Cancel | None,
 ) -> list[Reference]:
     """The target's greedy continuation (``n_tokens``) of each calibration text,
-    its prompt kept within half the context."""
+    its prompt kept within half the context. Progress counts tokens, and a
+    cancel stops it at the next one."""
+    stage = "generating reference text"
+    total = len(texts) * n_tokens
     refs: list[Reference] = []
     for i, text in enumerate(texts):
-        report("generating reference text", i, len(texts))
+        report(stage, i * n_tokens, total)
         check_cancel(cancel)
+
+        def step(n: int, before: int = i * n_tokens) -> None:
+            report(stage, before + n, total)
+            check_cancel(cancel)
+
         tokens = prompt_tokens(rt, text, n_tokens)[-(rt.n_ctx // 2) :]
-        cont = greedy_continuation(rt, tokens, n_tokens)
+        cont = greedy_continuation(rt, tokens, n_tokens, step)
         if cont:
             refs.append(Reference(tokens, cont))
-    report("generating reference text", len(texts), len(texts))
+    report(stage, total, total)
     check_cancel(cancel)
     return refs
 
