@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 from pytestqt.qtbot import QtBot
 
+from gambit.bench import MeasureProgress
 from gambit.engine.target_host import HostedRuntime
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.measurements import measurements_dir
@@ -318,6 +319,27 @@ def test_cancel_mid_run_then_a_second_run_is_listed_first(
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.generating, timeout=MEASURE_TIMEOUT_MS)
     assert window.chat.messages[-1].role == "assistant" and window.chat.messages[-1].text
+
+
+def test_cancel_stops_the_measurement_at_its_next_replay(
+    qtbot: QtBot, window: MainWindow, db: Path
+) -> None:
+    """Issue 35: a cancelled long task stops at its next step, not at its end.
+    Cancelled from the worker's own thread the moment it counts its second
+    replay (so the count is exact, not a race with the window), it finishes
+    no third: 2 of 24."""
+    dialog = open_dialog(qtbot, window)
+
+    def cancel_at_the_second(p: MeasureProgress) -> None:
+        if p.done == 2:
+            window.worker.cancel()  # what Cancel does: an event, set from any thread
+
+    window.worker.measure_progress.connect(cancel_at_the_second, Qt.ConnectionType.DirectConnection)
+    qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not dialog.running, timeout=MEASURE_TIMEOUT_MS)
+    outcome = dialog.last_outcome
+    assert outcome is not None and outcome.cancelled and outcome.report is None, outcome
+    assert "cancelled after 2 of 24 replays" in dialog.status.text()
 
 
 def test_a_worker_killed_mid_measurement_ends_it_and_drops_the_engine(
