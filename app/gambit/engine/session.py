@@ -289,9 +289,14 @@ class Engine:
         kept = self._cost_store.load(key, k_max)
         if kept is not None:
             return kept
-        if progress is not None:
-            progress("Timing this machine for the pair (first load only)…")
-        costs = calibrate(self.target, self.draft_runtime, k_max)
+        say = progress or (lambda _line: None)
+        timing = "Timing this machine for the pair (first load only)"
+        say(f"{timing}…")
+
+        def step(done: int, total: int) -> None:  # (a large pair takes a while: it moves)
+            say(f"{timing}: {100 * done // total}%")
+
+        costs = calibrate(self.target, self.draft_runtime, k_max, step=step)
         self._cost_store.save(key, costs)
         return costs
 
