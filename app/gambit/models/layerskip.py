@@ -44,6 +44,7 @@ from gambit.models.layerskip_search import (
     check_cancel,
     explore,
     references,
+    stepping,
 )
 from gambit.models.library import ModelLibrary
 from gambit.words import counted
@@ -256,12 +257,8 @@ def search_layer_skip(
     ):
         refs = references(target_rt, texts, n_tokens, report, cancel)
         report("measuring verification cost", 0, 1)
-
-        def calibration_step(done: int, total: int) -> None:
-            report("measuring verification cost", done, total)
-            check_cancel(cancel)
-
-        costs = calibrate(target_rt, None, gamma_max + 1, repeats=10, step=calibration_step)
+        step = stepping(report, "measuring verification cost", cancel)
+        costs = calibrate(target_rt, None, gamma_max + 1, repeats=10, step=step)
         evaluate = Evaluator(source, target_rt, refs, costs, opts, Path(tmp), gamma_max, cancel)
         report("measuring the target's own copy", 0, 1)
         control = evaluate.measure_controls(min(evaluate.N_CONTROLS, 1 + max_evaluations // 16))

@@ -306,6 +306,17 @@ def check_cancel(cancel: Cancel | None) -> None:
         raise LayerSkipCancelledError("cancelled: the layer-skip search was stopped")
 
 
+def stepping(report: Progress, stage: str, cancel: Cancel | None) -> Callable[[int, int], None]:
+    """A step hook (``calibrate``'s): each step reported as ``stage``, and the
+    search stopped at the first step after a cancel."""
+
+    def step(done: int, total: int) -> None:
+        report(stage, done, total)
+        check_cancel(cancel)
+
+    return step
+
+
 def _spread(items: Sequence[int], n: int) -> list[int]:
     """``n`` of ``items``, evenly spaced."""
     if n >= len(items):
