@@ -369,8 +369,9 @@ class Engine:
         """The baseline of the reply just streamed (``stats``), as
         ``gambit.engine.metrics`` defines it: its own rate if it drafted
         nothing, else plain decoding on its context, from a plain step
-        re-timed now (``remeasure_baseline``; with ``remeasure`` False, when
-        nobody waits for the figure, the last baseline). It becomes
+        re-timed now (``remeasure_baseline``; the last baseline with
+        ``remeasure`` False, when nobody waits for the figure, or when the
+        cache went elsewhere and there is nothing to re-time on). It becomes
         ``baseline_tokens_per_s`` until the next reply ends, so that a reply's
         baseline never moves while it streams."""
         measured = self._baseline
