@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
@@ -18,10 +19,11 @@ from pytestqt.qtbot import QtBot
 
 from gambit.cli.main import summary_line
 from gambit.engine.metrics import NO_FIGURE, format_rate, format_speedup
-from gambit.qt.worker import ReplyResult
+from gambit.qt.worker import ReplyDelta, ReplyResult
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.main_window import MainWindow
+from gambit.ui.stats_panel import TOOLTIPS, format_ms
 from gguf_fixtures import write_small_model
 
 LOAD_TIMEOUT_MS = 120_000
@@ -196,3 +198,88 @@ def test_a_reply_timed_on_a_busy_machine_is_marked_everywhere(
     footer = w.chat.messages[-1].footer
     w.close()
     assert open_window(load=False).chat.messages[-1].footer == footer
+
+
+# -- the panel against the stored reply, reply after reply ------------------------------
+
+# Each tile and the stored figure it must show (reply_record.stats_dict).
+STORED_TILES = {
+    "tokensPerSecondValue": lambda s: format_rate(s["tokens_per_s"]),
+    "baselineValue": lambda s: format_rate(s["baseline_tokens_per_s"]),
+    "speedupValue": lambda s: format_speedup(s["speedup"]),
+    "ttftValue": lambda s: format_ms(s["ttft_ms"]),
+    "p99Value": lambda s: format_ms(s["p99_ms"]),
+    "acceptedValue": lambda s: f"{s['accepted_tokens']:,} / {s['drafted_tokens']:,}",
+}
+
+
+def stored_reply(path: Path) -> dict[str, Any]:
+    """The last reply's figures as the conversation file holds them (read afresh)."""
+    with ConversationStore(path) as store:
+        (conversation,) = store.list()
+        last = store.messages(conversation.id)[-1]
+    assert last.role == "assistant"
+    return dict(last.stats or {})
+
+
+def panel_shows(w: MainWindow) -> dict[str, str]:
+    return {name: shown(w, name).text() for name in STORED_TILES}
+
+
+def test_the_panel_shows_the_stored_reply_plain_speculative_and_refused(
+    qtbot: QtBot, open_window: type[MainWindow], q8_0_first8: Path, q4_1_first8: Path,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Issue 35: a plain reply's baseline is the rate plain replies get (its
+    own), a reply that drafts is compared with one baseline while it streams
+    (the last reply's, never a figure moving under it), every tile shows the
+    reply the conversation file stored, and a refused message leaves no figure
+    at all. Short real models: the subject is the figures, not the text."""
+    settings = Settings(
+        target_model=str(q8_0_first8), drafter="draft", draft_model=str(q4_1_first8),
+        policy="fixed", fixed_gamma=3, temperature=0.0, max_tokens=64, context_size=512,
+        threads=2, speculation=False,
+    )  # fmt: skip
+    w = open_window(settings)
+    conversations = tmp_path / "conversations.sqlite3"
+
+    def settle(expected: dict[str, str]) -> None:
+        # (the panel repaints on a timer: its last repaint shows the reply's end)
+        qtbot.waitUntil(lambda: panel_shows(w) == expected, timeout=5000)
+
+    # Plain decoding (speculation off, a drafter loaded): the baseline is the
+    # reply's own rate, so the two figures are one.
+    result = reply(qtbot, w)
+    plain = stored_reply(conversations)
+    assert result.snapshot.n_drafted == 0 and plain["tokens"] > 0
+    assert plain["baseline_tokens_per_s"] == plain["tokens_per_s"] > 0
+    settle({name: show(plain) for name, show in STORED_TILES.items()})
+    assert shown(w, "speedupValue").text() == NO_FIGURE
+
+    # Speculation on: while the reply streams, every snapshot that drafted is
+    # compared with the baseline the plain reply ended with; at its end, with
+    # plain decoding re-timed on its context, as stored.
+    w.speculation_action.setChecked(True)
+    deltas: list[ReplyDelta] = []
+    w.worker.delta.connect(deltas.append)
+    result = reply(qtbot, w, "Name three colours.")
+    spec = stored_reply(conversations)
+    assert spec["drafted_tokens"] > 0 and spec["speedup"] is not None
+    drafting = [d.snapshot for d in deltas if d.snapshot is not None and d.snapshot.n_drafted]
+    assert drafting  # (snapshots while it streamed, after it drafted)
+    assert {s.baseline_tokens_per_s for s in drafting} == {plain["baseline_tokens_per_s"]}
+    assert spec["speedup"] == pytest.approx(spec["tokens_per_s"] / spec["baseline_tokens_per_s"])
+    settle({name: show(spec) for name, show in STORED_TILES.items()})
+
+    # A message too long for the context is refused: no reply, so no figure,
+    # neither stored nor shown (the baseline included).
+    w.input.setPlainText("word " * 2000)
+    qtbot.mouseClick(w.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.findChild(QMessageBox, "errorDialog") is not None, timeout=30_000)
+    qtbot.waitUntil(lambda: not w.generating, timeout=30_000)
+    refused = stored_reply(conversations)
+    assert refused["stop"] == "error" and "too long" in refused["error"]
+    assert not {"tokens_per_s", "baseline_tokens_per_s", "speedup"} & refused.keys()
+    tiles = {name: shown(w, name).text() for name in TOOLTIPS}  # every figure of a reply
+    assert tiles == dict.fromkeys(TOOLTIPS, NO_FIGURE)
+    assert not shown(w, "busyValue").isVisibleTo(w.stats)

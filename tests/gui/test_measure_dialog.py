@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 from pytestqt.qtbot import QtBot
 
+from gambit.bench import MeasureProgress
 from gambit.engine.target_host import HostedRuntime
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.measurements import measurements_dir
@@ -184,7 +185,19 @@ def test_measure_shows_results_and_applies_the_recommendation(
     dialog = open_dialog(qtbot, window)
     picker = dialog.findChild(QListWidget, "conversationPicker")
     assert isinstance(picker, QListWidget) and picker.count() == 3
-    assert dialog.last_turns.value() == 20  # the default: the latest 20 user turns
+    # The latest 20 user turns by default, but the chats hold 4: all 4 are
+    # offered, and the progress bar counts the replays they make (issue 35).
+    assert (dialog.last_turns.value(), dialog.last_turns.maximum()) == (4, 4)
+    bar = dialog.findChild(QProgressBar, "measureProgress")
+    assert isinstance(bar, QProgressBar)
+    assert bar.text() == "0 of 24 replays"  # 4 turns x (2 drafters x 2 policies + target-only x2)
+    refactor = picker.findItems("Refactor the config parser", Qt.MatchFlag.MatchStartsWith)[0]
+    refactor.setCheckState(Qt.CheckState.Unchecked)  # its 2 turns are not on offer then
+    assert (dialog.last_turns.value(), bar.text()) == (2, "0 of 12 replays")
+    refactor.setCheckState(Qt.CheckState.Checked)
+    assert (dialog.last_turns.value(), bar.text()) == (4, "0 of 24 replays")
+    totals: list[int] = []
+    window.worker.measure_progress.connect(lambda p: totals.append(p.total))
     # the loaded models offer prompt lookup and the draft model, not layer skip or trees
     assert dialog.drafter_boxes["lookup"].isChecked()
     assert dialog.drafter_boxes["draft"].isChecked()
@@ -202,6 +215,7 @@ def test_measure_shows_results_and_applies_the_recommendation(
     report = outcome.report
     assert report is not None and outcome.path is not None and outcome.path.is_file()
     assert report["turns"] == 4
+    assert set(totals) == {24}  # the run counted what the bar had said it would
     names = [m["name"] for m in report["modes"]]
     assert names == [
         "target-only", "lookup adaptive", "lookup fixed=4", "draft adaptive", "draft fixed=4",
@@ -305,6 +319,27 @@ def test_cancel_mid_run_then_a_second_run_is_listed_first(
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.generating, timeout=MEASURE_TIMEOUT_MS)
     assert window.chat.messages[-1].role == "assistant" and window.chat.messages[-1].text
+
+
+def test_cancel_stops_the_measurement_at_its_next_replay(
+    qtbot: QtBot, window: MainWindow, db: Path
+) -> None:
+    """Issue 35: a cancelled long task stops at its next step, not at its end.
+    Cancelled from the worker's own thread the moment it counts its second
+    replay (so the count is exact, not a race with the window), it finishes
+    no third: 2 of 24."""
+    dialog = open_dialog(qtbot, window)
+
+    def cancel_at_the_second(p: MeasureProgress) -> None:
+        if p.done == 2:
+            window.worker.cancel()  # what Cancel does: an event, set from any thread
+
+    window.worker.measure_progress.connect(cancel_at_the_second, Qt.ConnectionType.DirectConnection)
+    qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not dialog.running, timeout=MEASURE_TIMEOUT_MS)
+    outcome = dialog.last_outcome
+    assert outcome is not None and outcome.cancelled and outcome.report is None, outcome
+    assert "cancelled after 2 of 24 replays" in dialog.status.text()
 
 
 def test_a_worker_killed_mid_measurement_ends_it_and_drops_the_engine(

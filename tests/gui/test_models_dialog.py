@@ -386,7 +386,7 @@ def test_cancel_a_derivation(
         assert button is not None and button.isEnabled(), name
     _click(qtbot, dialog, "rescanButton")
     _wait_idle(qtbot, dialog)
-    assert "Rescanned: 1 usable models" in _label(dialog, "taskLabel").text()
+    assert "Rescanned: 1 usable model." in _label(dialog, "taskLabel").text()  # (one, not "models")
 
 
 def test_catalog_download_without_network(

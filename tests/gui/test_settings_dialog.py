@@ -377,7 +377,7 @@ def test_self_speculation_explains_its_first_load(make_dialog: MakeDialog, qtbot
     dialog = make_dialog()
     help_text = _label(dialog, "drafterHelp_layerskip").text()
     assert help_text == LAYERSKIP_HELP
-    assert "about a minute" in help_text and "rarely pays" in help_text
+    assert "a minute or more" in help_text and "rarely pays" in help_text
     _click(qtbot, _radio(dialog, "drafterLayerskipRadio"))
     assert dialog.settings().drafter == "layerskip"
     assert not _edit(dialog, "draftModelEdit").isEnabled()  # no file to choose

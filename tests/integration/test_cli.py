@@ -147,6 +147,35 @@ def test_generate_missing_model(tmp_path: Path) -> None:
     assert proc.stdout == ""
 
 
+@pytest.mark.parametrize("prompt", ["", "  \n\t"])
+def test_an_empty_chat_prompt_is_refused_before_anything_loads(tmp_path: Path, prompt: str) -> None:
+    """As the window refuses an empty message (issue 35: 512 tokens of rambling)."""
+    proc = gambit("generate", "--target", tmp_path / "never-opened.gguf", prompt, home=tmp_path)
+    assert proc.returncode == 2
+    assert "gambit-cli generate: error: the prompt is empty" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_raw_completes_from_nothing(tmp_path: Path, q8_0_first8: Path) -> None:
+    """--raw "" stays allowed: a base model may continue from nothing (its
+    begin-of-text token)."""
+    proc = gambit(
+        "generate", "--target", q8_0_first8, *FAST, "--temp", "0", "--max-tokens", "4",
+        "--raw", "", home=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "4 tokens" in _stats_line(proc)
+
+
+def test_the_help_says_where_the_self_test_is_and_it_answers(tmp_path: Path) -> None:
+    """The README's self-test is listed by gambit-cli --help, and gambit-cli runs it."""
+    listed = gambit("--help", home=tmp_path)
+    assert listed.returncode == 0 and "gambit-cli --self-test" in listed.stdout
+    options = gambit("--self-test", "--help", home=tmp_path)
+    assert options.returncode == 0, options.stderr
+    assert "usage: gambit --self-test" in options.stdout
+
+
 THREADS = "argument --threads: must be 0 (automatic) or a whole number from 1 to 512, not {}"
 MAX_TOKENS = "argument --max-tokens: must be between 1 and 32768, not {}"
 

@@ -343,3 +343,34 @@ def test_a_damaged_hash_in_the_catalog_is_said(tmp_path: Path) -> None:
     ]}))  # fmt: skip
     with pytest.raises(GambitError, match=r"catalog is damaged.*sha256 is not 64 hexadecimal"):
         load_catalog(path)
+
+
+class _StoppedError(Exception):
+    """What the window's task raises from its progress callback after Cancel."""
+
+
+def test_a_cancelled_download_stops_at_its_next_chunk_and_leaves_nothing(
+    tmp_path: Path, hub: Hub, lib: ModelLibrary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: a cancelled download stops at its next step (a chunk), not at
+    its end: counted in the bytes it reported, not timed."""
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    path = "/test/big-GGUF/resolve/main/big.gguf"
+    hub.files[path] = _tiny_gguf(tmp_path / "big.gguf", 49_152)  # 12.6 MB: two chunks
+    item = CatalogFile("test/big-GGUF", "big.gguf", 13, "3M", sha256=hub.sha256(path))
+    pair = CatalogPair("big", "", item, item, verified=False)
+    seen: list[tuple[str, int, int]] = []
+
+    def progress(stage: str, done: int, total: int) -> None:
+        seen.append((stage, done, total))
+        if done > 0:
+            raise _StoppedError(stage)  # Cancel, at the first chunk written
+
+    with pytest.raises(_StoppedError):
+        download(pair, progress, which="target", library=lib)
+    stage, done, total = seen[-1]
+    assert stage == "downloading big.gguf" and 0 < done < total == len(hub.files[path])
+    assert not (lib.models_dir / "big.gguf").exists()
+    # no partial file either (only the Hub's bookkeeping: locks, its cache tags)
+    data = [p for p in lib.models_dir.rglob("*") if p.is_file() and p.stat().st_size > 1000]
+    assert data == []

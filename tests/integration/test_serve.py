@@ -144,7 +144,7 @@ def test_bad_requests_get_openai_style_errors(served: Served) -> None:
     cases: list[tuple[bytes | str, int, str]] = [
         ("{not json", 400, "not valid JSON"),
         ("[1, 2]", 400, "must be a JSON object"),
-        (json.dumps({"model": MODEL}), 400, "messages must be a non-empty list"),
+        (json.dumps({"model": MODEL}), 400, "messages must be a list of messages"),
         (json.dumps(chat(model="gpt-4")), 404, "does not exist here"),
         (json.dumps(chat(temperature="hot")), 400, "temperature must be a number"),
         (json.dumps(chat(top_p=0)), 400, "top_p must be more than 0"),
@@ -170,6 +170,36 @@ def test_bad_requests_get_openai_style_errors(served: Served) -> None:
     # The server is still well after all of it.
     got, payload = served.raw("POST", "/v1/chat/completions", json.dumps(chat(max_tokens=4)))
     assert got == 200 and payload["choices"][0]["message"]["content"]
+
+
+EARLIER = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "says"),
+    [
+        # The body's shape before the model it names (issue 35: this was a 404,
+        # "The model None does not exist here").
+        ({"messages": "hello"}, "messages", "messages must be a list of messages"),
+        (chat(model=None), "model", "model must be the model's name"),
+        # Nothing to reply to, as the window refuses an empty message.
+        (chat(messages=[{"role": "user", "content": " \n"}]), "messages", "is empty"),
+        (
+            chat(messages=[*EARLIER, {"role": "user", "content": ""}]),
+            "messages",
+            "messages[2], the last user message, is empty",
+        ),
+        (chat(messages=[{"role": "system", "content": "Hi"}]), "messages", "needs a user message"),
+    ],
+)
+def test_a_malformed_or_empty_conversation_is_a_400_naming_its_field(
+    served: Served, body: dict[str, Any], field: str, says: str
+) -> None:
+    got, payload = served.raw("POST", "/v1/chat/completions", json.dumps(body))
+    assert got == 400, payload
+    error = payload["error"]
+    assert says in error["message"] and error["param"] == field, error
+    assert error["type"] == "invalid_request_error"
 
 
 def test_an_api_key_guards_every_route(engine: Engine) -> None:
@@ -261,6 +291,7 @@ def test_gambit_cli_serve_answers_and_ends_cleanly_on_ctrl_c(
     env = {**os.environ, "GAMBIT_HOME": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "gambit", "serve", "--target", str(smol_q8_0), "--lookup",
+         "--policy", "fixed", "--gamma", "2",
          "--threads", "2", "--ctx", "1024", "--port", "0", "--temp", "0"],
         stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
@@ -274,8 +305,12 @@ def test_gambit_cli_serve_answers_and_ends_cleanly_on_ctrl_c(
         url = re.search(r"at (http://\S+/v1)", lines[-1])
         assert url is not None
         client = openai.OpenAI(base_url=url.group(1), api_key="none", max_retries=0)
-        reply = client.chat.completions.create(**chat(max_tokens=8))
+        reply = client.chat.completions.create(**chat(max_tokens=24))
         assert reply.choices[0].message.content
+        # --gamma applies with serve's --policy fixed (issue 35: serve had no --policy,
+        # and its --gamma did nothing): prompt lookup copies at most 2 tokens a round.
+        figures = (reply.model_extra or {})["gambit"]
+        assert figures["drafted_tokens"] > 0 and 0 < figures["mean_gamma"] <= 2, figures
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=DEADLINE_S) == 0
         assert "server stopped" in proc.stderr.read()

@@ -138,7 +138,7 @@ def test_fixed_and_off_policies_say_so() -> None:
     assert ctrl.decision.reason == "fixed γ=1: expected 0.90x, slower than plain decoding"
     ctrl = controller(0.35, mode="off")
     assert ctrl.decide_gamma() == 0
-    assert ctrl.decision.reason == "off: switched off in Settings (policy: off)"
+    assert ctrl.decision.reason == "off: the policy is off (--policy off)"
 
 
 # The sentences alone (gambit.engine.controller_wording), without a policy.

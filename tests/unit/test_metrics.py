@@ -12,6 +12,7 @@ from gambit.engine.metrics import (
     format_accepted,
     format_rate,
     format_speedup,
+    plain_tokens_per_s,
     speedup,
 )
 from gambit.engine.reply import Round
@@ -51,6 +52,26 @@ def test_a_reply_without_drafting_claims_no_speedup() -> None:
     assert snap.speedup is None  # no bet placed: no claim, however the rates compare
     assert snap.acceptance_rate_rolling is None
     assert format_speedup(snap.speedup) == NO_FIGURE
+    # It was plain decoding: its baseline is its own rate, whatever was measured before.
+    assert snap.baseline_tokens_per_s == snap.tokens_per_s
+
+
+def test_a_message_without_a_reply_has_no_baseline() -> None:
+    snap = MetricsTracker().snapshot(baseline_tokens_per_s=50.0)
+    assert snap.baseline_tokens_per_s == 0.0
+    assert format_rate(snap.baseline_tokens_per_s) == NO_FIGURE
+
+
+def test_plain_decoding_pays_the_reply_s_cost_outside_the_model_per_token() -> None:
+    tracker = MetricsTracker()
+    for i in range(10):  # rounds of 12.5 ms, of which 10 ms verifying: 2.5 ms outside
+        tracker.add(rnd(i, 0.0125 * (i + 1), n_tokens=3, n_drafted=3, n_accepted=2))
+    assert tracker.stats.round_overhead_s == pytest.approx(0.0025)
+    # A plain step of 8 ms and the same 2.5 ms per token outside it.
+    assert plain_tokens_per_s(0.008, tracker.stats) == pytest.approx(1 / 0.0105)
+    assert plain_tokens_per_s(0.0, tracker.stats) == 0.0  # nothing re-timed
+    snap = tracker.snapshot(baseline_tokens_per_s=1 / 0.0105)
+    assert snap.baseline_tokens_per_s == pytest.approx(1 / 0.0105)  # it drafted: as measured
 
 
 def test_speedup_is_the_reply_rate_over_the_baseline() -> None:

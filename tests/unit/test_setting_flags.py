@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from gambit.cli.main import build_parser, cli_settings
@@ -76,3 +77,30 @@ def test_no_flags_give_the_window_s_engine(tmp_path: Path) -> None:
 def test_flags_of_a_command_without_them_leave_the_settings_alone() -> None:
     args = argparse.Namespace(top_k=3)
     assert settings_from_args(args) == Settings().with_(top_k=3)
+
+
+def _all_commands() -> dict[str, argparse.ArgumentParser]:
+    """Every command, subcommands of subcommands too ("models layerskip")."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    todo = [("", build_parser())]
+    while todo:
+        prefix, parser = todo.pop()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found[f"{prefix}{name}"] = sub
+                    todo.append((f"{prefix}{name} ", sub))
+    return found
+
+
+def test_every_flag_a_help_line_names_is_a_flag_of_that_command() -> None:
+    """Issue 35: serve's --gamma said it applies "with --policy fixed", and
+    serve had no --policy."""
+    wrong = []
+    for command, parser in _all_commands().items():
+        flags = {s for a in parser._actions for s in a.option_strings}
+        for action in parser._actions:
+            for named in re.findall(r"(?<![\w-])--[a-z][a-z-]*", action.help or ""):
+                if named not in flags:
+                    wrong.append(f"gambit-cli {command} {action.option_strings}: {named}")
+    assert not wrong, wrong

@@ -15,7 +15,12 @@ these names from here, never a module inside.
 
 import argparse
 
-from gambit.bench.measure import DRAFTER_LABELS, MeasurementCancelledError, MeasureProgress
+from gambit.bench.measure import (
+    DRAFTER_LABELS,
+    MeasurementCancelledError,
+    MeasureProgress,
+    replays_per_turn,
+)
 from gambit.bench.measure_history import (
     MeasureOutcome,
     MeasureRequest,
@@ -52,6 +57,7 @@ __all__ = [
     "MeasureRequest",
     "MeasurementCancelledError",
     "measure_history",
+    "replays_per_turn",
     "report_csv",
     "run_bench",
     "run_history_cli",

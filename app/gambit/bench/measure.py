@@ -178,13 +178,18 @@ def plan(
         else:
             notes.append(f"policy {p} left out: fixed γ must be 1 to max γ ({gamma_max})")
     if trees and not trees_available(engine):
-        notes.append("trees left out: switch Tree drafts on in Settings to compare them")
+        notes.append(
+            "trees left out: switch on Settings → Speculation → Tree drafts to compare them"
+        )
         trees = False
     configs: list[MeasureConfig] = []
     for d in dict.fromkeys(drafters):
         if d not in usable:
             label = DRAFTER_LABELS.get(d, d)
-            notes.append(f"{label} left out: it is not loaded (choose it in Settings first)")
+            notes.append(
+                f"{label} left out: it is not loaded "
+                "(choose it in Settings → Models → Drafter first)"
+            )
             continue
         kind: DrafterKind = d
         configs += [MeasureConfig(kind, p) for p in kept_policies]
@@ -353,7 +358,7 @@ def run_measurement(
     replayer = _Replayer(engine, cancel)
     names = [c.name for c in configs]
     modes = _rotation(names)
-    total = len(turns) * len(modes)
+    total = len(turns) * replays_per_turn(len(configs))
     report_progress = progress or (lambda p: None)
     started = time.time()
     tally = _Tally()
@@ -415,6 +420,12 @@ def _rotation(names: Sequence[str]) -> list[str]:
     (their difference is the noise), the configurations between."""
     half = (len(names) + 1) // 2
     return [TARGET_ONLY, *names[:half], TARGET_ONLY_AGAIN, *names[half:]]
+
+
+def replays_per_turn(n_configs: int) -> int:
+    """How many times a turn is replayed with ``n_configs`` configurations:
+    each once and target-only twice (``_rotation``)."""
+    return n_configs + 2
 
 
 def _mode_label(mode: str, configs: Sequence[MeasureConfig]) -> str:

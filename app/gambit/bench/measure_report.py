@@ -15,6 +15,7 @@ from typing import Any
 from gambit.bench.costs import BANDWIDTH_BOUND_BELOW
 from gambit.bench.runner import TARGET_ONLY
 from gambit.engine.policy import SWITCH_ON_ABOVE
+from gambit.words import counted
 
 # Speculation has to beat plain decoding by the controller's own switch-on
 # margin before it is worth recommending: below it, noise could be the gain.
@@ -204,7 +205,7 @@ def _kinds_reason(report: Mapping[str, Any], mode: str, speedup: float) -> str:
     turns = report.get("turns", 0)
     if len(kinds) <= 1:
         kind = next(iter(kinds), "chat")
-        return f"measured on {turns} {kind} turn{'s' if turns != 1 else ''} of yours"
+        return f"measured on {counted(turns, kind + ' turn')} of yours"
     ranked = sorted(kinds, key=lambda k: -kinds[k])
     gaining = [k for k in ranked if kinds[k] >= speedup][:2] or ranked[:1]
     rest = [f"{k} {kinds[k]:.2f}x" for k in ranked if k not in gaining]

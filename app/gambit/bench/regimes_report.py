@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gambit.bench.runner import TARGET_ONLY
+from gambit.words import counted
 
 
 def _ms(value: float | None) -> str:
@@ -127,7 +128,7 @@ def save_chart(report: dict[str, Any], path: Path) -> None:
     machine = report["machine"]
     chart.setTitle(
         f"Speedup over target-only, all suites — {machine.get('cpu_model', machine['cpu'])}, "
-        f"{machine['threads']} threads"
+        f"{counted(machine['threads'], 'thread')}"
     )
     x = QBarCategoryAxis()
     x.append(categories)

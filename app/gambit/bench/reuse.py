@@ -36,6 +36,7 @@ from gambit.engine.reply import GenerationConfig
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError, OperationCancelledError
+from gambit.words import counted
 
 TARGET_ONLY, LOOKUP, MEMORY = "target only", "lookup", "lookup + memory"
 MODES = (TARGET_ONLY, LOOKUP, MEMORY)
@@ -189,7 +190,7 @@ def format_report(report: dict[str, Any]) -> str:
         return "—" if r is None else f"{r[0]:.2f}x ({r[1]:.2f}-{r[2]:.2f})"
 
     lines = [
-        f"{report['target']} · {report['drafter']} · {report['scenarios']} new requests"
+        f"{report['target']} · {report['drafter']} · {counted(report['scenarios'], 'new request')}"
         f" · memory {report['memory_tokens']} tokens, {report['memory_bytes'] / 2**20:.1f} MB",
         f"{'mode':<16} {'tok/s':>7} {'accepted':>9} {'acceptance':>10}  by source",
     ]

@@ -113,10 +113,9 @@ def run_once(
         if rounds is not None:
             rounds.append(rnd)
     stats.decode_s = engine.decode_seconds - d0
-    if controller is not None and stats.n_drafted:
-        # As the window and gambit-cli generate do after a reply that drafted:
-        # plain decoding re-timed on its context keeps the costs' t1 current.
-        engine.remeasure_baseline()
+    # As the window and gambit-cli generate do after a reply: after one that
+    # drafted, plain decoding re-timed on its context keeps the costs' t1 current.
+    engine.finish_reply(stats)
     return stats, tokens
 
 

@@ -29,6 +29,7 @@ from gambit.serve.jobs import ThreadHost, model_name
 from gambit.serve.openai_api import ServeOptions, create_app
 from gambit.serve.prometheus import ServeMetrics
 from gambit.serve.server import LocalServer
+from gambit.words import counted
 
 
 @dataclass
@@ -178,7 +179,8 @@ def run_served_bench(
         engine.close()
     ratio = served.rate / direct.rate if direct.rate else 0.0
     n = len(direct.per_reply)
-    print(f"tokens after the first, as the caller receives them ({n} replies each)")
+    replies = counted(n, "reply", "replies")
+    print(f"tokens after the first, as the caller receives them ({replies} each)")
     print(f"direct (as gambit-cli generate): {direct.rate:.1f} tok/s")
     print(f"through the local server:        {served.rate:.1f} tok/s")
     print(f"served / direct:                 {ratio:.3f}")

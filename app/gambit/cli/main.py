@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gambit-cli",
         description="Local LLM generation with speculative decoding that shows whether it pays.",
+        epilog="Checking an installation: gambit-cli --self-test [options] checks the model, "
+        "the backend and speculation and exits 0 or 1 (add --help for its options; the app's "
+        "gambit --self-test checks its window too); gambit-cli --about prints the version "
+        "and backend.",
     )
     parser.add_argument("--version", action="version", version=f"gambit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="show llama.cpp's log")
@@ -287,7 +291,9 @@ def _engine_config(args: argparse.Namespace, cancel: threading.Event | None = No
         cancel=cancel,
     ).path
     config = settings.engine_config(target, layer_skip_draft=draft)
-    if args.command == "generate":  # (its --policy has "off" too; the others adapt)
+    # generate's --policy has "off" too, serve's the window's two; bench and
+    # its measurements choose theirs per run.
+    if args.command in ("generate", "serve"):
         config = dataclasses.replace(config, policy=args.policy)
     return config
 
@@ -324,6 +330,17 @@ def _stderr_progress(what: str = "Preparing the default model") -> Progress:
     return report
 
 
+def _refuse_empty_prompt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """As the window refuses an empty message, a chat needs one (exit 2); --raw
+    may continue from nothing, as a base model can."""
+    if args.command == "generate" and not args.raw and not args.prompt.strip():
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices["generate"].error(
+            "the prompt is empty: write the message to reply to "
+            "(--raw completes any text, even none)"
+        )
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     # Ctrl-C or SIGTERM stops the reply at the next round, or the layer-skip
@@ -349,10 +366,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         reading = load.read()
         tracker.stats.decode_s = engine.decode_seconds - d0
-        if tracker.stats.n_drafted:
-            engine.remeasure_baseline()  # plain decoding on this reply's context
+        baseline = engine.finish_reply(tracker.stats)  # plain decoding on this reply's context
         busy = reading.describe() if reading.busy else None
-        snap = tracker.snapshot(engine.baseline_tokens_per_s, busy=busy)
+        snap = tracker.snapshot(baseline, busy=busy)
         print(_stats_line(engine, snap, stop.value if stop else "?"), file=sys.stderr)
     return signals.exit_code if cancel.is_set() else 0
 
@@ -452,9 +468,31 @@ class _Closing:
         self.engine.close()
 
 
+def _app_mode(args_in: list[str]) -> int | None:
+    """The app's terminal modes, which gambit-cli answers too (its help's
+    epilog): the self-test (of Qt, without importing the window: the app's own
+    ``gambit --self-test`` checks that too) and --about; None for a command."""
+    if args_in[:1] == ["--self-test"]:
+        from gambit.cli.selftest import main as selftest_main
+        from gambit.logs import install_crash_handler
+
+        install_crash_handler()
+        return selftest_main(args_in[1:])
+    if args_in[:1] == ["--about"]:
+        from gambit.cli.selftest import about_main
+
+        return about_main()
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    answered = _app_mode(args_in)
+    if answered is not None:
+        return answered
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
+    _refuse_empty_prompt(parser, args)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -15,6 +15,13 @@ from gambit.engine.session import Engine
 def add_serve_args(p: argparse.ArgumentParser) -> None:
     add_setting_flags(p, "server_host", "server_port", "server_api_key")
     p.add_argument(
+        "--policy",
+        choices=["adaptive", "fixed"],
+        default="adaptive",
+        help="how γ is chosen, as in the window's Settings: adaptive (measured) or fixed "
+        "(--gamma) (default adaptive)",
+    )
+    p.add_argument(
         "--cors-origin",
         action="append",
         default=[],

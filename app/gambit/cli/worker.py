@@ -93,7 +93,8 @@ def _announce(
     print(f"  threads: {threads}", flush=True)
     print(f"  cache  : {cache or 'off'}", flush=True)
     print(
-        f"  in Gambit: Settings → Workers → add {endpoint}, or gambit-cli generate --rpc {endpoint}"
+        f"  in Gambit: Settings → Workers → Add ({endpoint}), or gambit-cli generate "
+        f"--rpc {endpoint}"
     )
     if not _is_loopback(host):
         print(f"WARNING: {SECURITY_NOTE}", file=sys.stderr, flush=True)

@@ -9,6 +9,7 @@ import llama_cpp as ll
 from gambit.engine.devices import gpu_devices
 from gambit.engine.llama_lib import ensure_backend
 from gambit.engine.runtime import default_threads
+from gambit.words import counted
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class BackendInfo:
     def summary(self) -> str:
         accel = "GPU: " + ", ".join(self.devices) if self.devices else "CPU only (no GPU found)"
         feats = ", ".join(self.cpu_features[:4])
-        return f"{accel} · {self.threads} threads" + (f" · {feats}" if feats else "")
+        return f"{accel} · {counted(self.threads, 'thread')}" + (f" · {feats}" if feats else "")
 
 
 def detect_backend() -> BackendInfo:

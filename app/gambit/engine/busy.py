@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gambit.words import counted
+
 # psutil ships no type hints; imported this way, mypy needs no stubs package.
 psutil: Any = importlib.import_module("psutil")
 
@@ -38,7 +40,7 @@ class LoadReading:
 
     def describe(self) -> str:
         """ "other programs used 1.0 of 2 cores" """
-        return f"other programs used {self.other_cores:.1f} of {self.cores} cores"
+        return f"other programs used {self.other_cores:.1f} of {counted(self.cores, 'core')}"
 
 
 def _busy_seconds(times: Any) -> float:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,41 +38,57 @@ def calibrate(
     costs: CostModel | None = None,
     repeats: int = 3,
     context: int = CALIBRATION_FILLER,
+    step: Callable[[int, int], None] | None = None,
 ) -> CostModel:
     """Measure t_target(k) for k = 1..k_max and one draft step, on this machine.
 
     Decodes a filler context of ``context`` tokens, then batches of k tokens on top of it,
     keeping the fastest of ``repeats`` runs (the least disturbed by other work).
-    Leaves both caches empty. A few hundred milliseconds for small models.
+    Leaves both caches empty. A few hundred milliseconds for small models, but
+    minutes for a large one on a slow machine: ``step(done, total)`` hears of
+    every timed decode, and may raise to stop the calibration there.
     """
     costs = costs or CostModel(k_max)
     filler = _filler_tokens(target, max(context, k_max))
-    target.clear()
-    target.decode(filler)
     # A few batch sizes suffice: t_target(k) is smooth in k and the rest is
     # interpolated, then refined by every round's own timing.
-    for k in sorted({1, 2, 3, 5, k_max}):
-        batch = filler[:k]
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            target.decode(batch, all_logits=True)
-            best = min(best, time.perf_counter() - t0)
-            target.truncate(len(filler))
-        costs.set_target(k, best)
-    target.clear()
-    if draft is not None:
-        # (its own tokens: a draft through text has a vocabulary of its own)
-        filler = _filler_tokens(draft, max(context, k_max) + repeats + 1)
-        draft.clear()
-        draft.decode(filler[: -repeats - 1])
-        best = float("inf")
-        for i in range(repeats + 1):
-            t0 = time.perf_counter()
-            draft.decode([filler[-repeats - 1 + i]])
-            best = min(best, time.perf_counter() - t0)
-        costs.t_draft = best
-        draft.clear()
+    sizes = sorted({1, 2, 3, 5, k_max})
+    total = len(sizes) * repeats + (repeats + 1 if draft is not None else 0)
+    done = 0
+
+    def timed(rt: ModelRuntime, tokens: list[int], all_logits: bool = False) -> float:
+        nonlocal done
+        t0 = time.perf_counter()
+        rt.decode(tokens, all_logits=all_logits)
+        seconds = time.perf_counter() - t0
+        done += 1
+        if step is not None:
+            step(done, total)
+        return seconds
+
+    try:
+        target.clear()
+        target.decode(filler)
+        for k in sizes:
+            best = float("inf")
+            for _ in range(repeats):
+                best = min(best, timed(target, filler[:k], all_logits=True))
+                target.truncate(len(filler))
+            costs.set_target(k, best)
+        target.clear()
+        if draft is not None:
+            # (its own tokens: a draft through text has a vocabulary of its own)
+            own = _filler_tokens(draft, max(context, k_max) + repeats + 1)
+            draft.clear()
+            draft.decode(own[: -repeats - 1])
+            steps = own[-repeats - 1 :]
+            costs.t_draft = min(timed(draft, [tok]) for tok in steps)
+            draft.clear()
+    except BaseException:
+        target.clear()  # (stopped: the caches are left empty all the same)
+        if draft is not None:
+            draft.clear()
+        raise
     return costs
 
 

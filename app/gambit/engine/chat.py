@@ -185,7 +185,8 @@ class ChatPromptBuilder:
                     f"the message is too long for the context window: the prompt needs "
                     f"{len(tokens):,} tokens, and {budget:,} are available "
                     f"({n_ctx:,} in the context, {reserve:,} kept for the reply). "
-                    "Shorten the message or raise the context size in Settings."
+                    "Shorten the message or raise the context size (Settings → Models → "
+                    "Context size; --ctx on the command line)."
                 )
             # Drop the oldest exchange: a user turn and the replies that follow it.
             rest.pop(0)

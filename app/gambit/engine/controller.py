@@ -362,7 +362,7 @@ class GammaController:
         """The policy's decision from what it knows now (no probing)."""
         gamma, side, best = self._best()
         if self.mode == "off":
-            return Decision(0, 1.0, best, "off: switched off in Settings (policy: off)")
+            return Decision(0, 1.0, best, "off: the policy is off (--policy off)")
         if self.mode == "fixed":
             g, w = self.fixed_gamma, self.fixed_side if self.fixed_gamma else 0
             s = self.pricing.expected_speedup(self.acceptance, g, w)

@@ -9,14 +9,20 @@ numbers (and their formatting) from here.
   prompt, after the first token (``Round.t_prompt_s``). Prompt processing
   counts in ttft_ms (the target's) and in end-to-end rates. The same
   figure while a reply streams (so far) and at its end.
-- baseline_tokens_per_s: plain decoding's rate for this target on this
-  machine, with these settings: 1 / t_target(1), the time of one plain step
-  (decode one token, pick it). Measured when the models load (the controller's
-  calibration), kept current by every plain round at the context of the
-  moment, and re-measured on the reply's own context at the end of every reply
-  that drafted (``Engine.remeasure_baseline``), so that a reply is compared
-  with plain decoding at the same context. Loading other models or settings
-  measures it afresh.
+- baseline_tokens_per_s: plain decoding's rate as the user's plain replies
+  get it (``reply_baseline``). A reply that has drafted nothing (speculation
+  off, no drafter, a controller that stayed off) *is* plain decoding: its
+  baseline is its own rate, the same figure as tokens_per_s, mid-reply
+  included. A reply that drafted is compared with plain decoding on its own
+  context (``plain_tokens_per_s``): one plain step (decode a token, pick it)
+  re-timed at its end, plus what each of its rounds cost outside drafting and
+  verifying (committing, streaming, the caller's work between rounds), which
+  a plain reply pays once per token (``Engine.finish_reply``). While it
+  streams it is compared with the baseline the last reply ended with
+  (``Engine.baseline_tokens_per_s``, which changes only when a reply ends or
+  the models load): the figure never moves within a reply but once, at its
+  end. A message that got no reply (refused, or stopped before its first
+  token) has no baseline.
 - speedup: tokens_per_s / baseline_tokens_per_s, claimed only for a reply
   that drafted at least one token. A reply without drafting (speculation off,
   no drafter, or a controller that never drafted) placed no bet: it has no
@@ -146,6 +152,15 @@ class GenerationStats:
         )
 
     @property
+    def round_overhead_s(self) -> float:
+        """Wall time per round outside drafting and verifying: planning,
+        committing, streaming, and the caller's own work between rounds."""
+        if not self.n_rounds:
+            return 0.0
+        outside = self.generation_s - self.t_draft_s - self.t_verify_s
+        return max(0.0, outside / self.n_rounds)
+
+    @property
     def generation_s(self) -> float:
         return max(self.elapsed_s - self.prefill_s, 1e-9)
 
@@ -174,6 +189,22 @@ class GenerationStats:
 
 
 NO_FIGURE: Final = "—"  # a figure that does not exist (no drafting, nothing measured)
+
+
+def plain_tokens_per_s(step_s: float, stats: GenerationStats) -> float:
+    """Plain decoding's rate for the reply of ``stats`` (module docstring): one
+    plain step of ``step_s`` seconds plus the reply's cost per round outside
+    drafting and verifying, since a plain reply pays that for every token."""
+    return 1.0 / (step_s + stats.round_overhead_s) if step_s > 0 else 0.0
+
+
+def reply_baseline(stats: GenerationStats, plain_tokens_per_s: float) -> float:
+    """The baseline a reply shows (module docstring): its own rate while it
+    has drafted nothing, else ``plain_tokens_per_s``, plain decoding as
+    measured; 0.0 (no figure) for a reply without tokens."""
+    if not stats.n_tokens:
+        return 0.0
+    return plain_tokens_per_s if stats.n_drafted else stats.tokens_per_s
 
 
 def speedup(tokens_per_s: float, baseline_tokens_per_s: float, n_drafted: int) -> float | None:
@@ -294,9 +325,12 @@ class MetricsTracker:
         side_nodes: int = 0,
         busy: str | None = None,
     ) -> MetricsSnapshot:
-        """``gamma``/``gamma_reason``/``side_nodes``: the controller's current
-        decision; ``busy``: how busy other programs kept the machine, if they did."""
+        """``baseline_tokens_per_s``: plain decoding's rate as measured, for a
+        reply that drafted (``reply_baseline``); ``gamma``/``gamma_reason``/
+        ``side_nodes``: the controller's current decision; ``busy``: how busy
+        other programs kept the machine, if they did."""
         s = self.stats
+        baseline_tokens_per_s = reply_baseline(s, baseline_tokens_per_s)
         w = list(self._window)
         rolling_tps = s.tokens_per_s
         if len(w) >= 2:

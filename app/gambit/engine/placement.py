@@ -20,6 +20,7 @@ import numpy as np
 from gambit.engine.devices import DeviceMemory
 from gambit.engine.estimates import CostModel
 from gambit.engine.rpc import WorkerInfo
+from gambit.words import counted
 
 
 def split_layers(
@@ -93,7 +94,7 @@ class TargetPlacement:
     def describe(self) -> str:
         """``"Target: 16 layers here · 15 on 10.0.0.2:50052 (rtt 0.40 ms) ·
         network ≥ 0.40 ms per pass"``."""
-        parts = [f"{self.local_layers} layer{'s' if self.local_layers != 1 else ''} here"]
+        parts = [f"{counted(self.local_layers, 'layer')} here"]
         parts += [f"{w.layers} on {w.endpoint} (rtt {format_rtt(w.rtt_s)})" for w in self.workers]
         if self.network_s > 0:
             parts.append(f"network ≥ {format_rtt(self.network_s)} per pass")

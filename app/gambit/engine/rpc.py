@@ -31,6 +31,7 @@ import llama_cpp as ll
 from gambit.engine import devices
 from gambit.engine.devices import DeviceMemory, LocalDevice
 from gambit.errors import GambitError
+from gambit.words import counted
 
 DEFAULT_PORT = 50052
 # The protocol of the vendored llama.cpp (ggml-rpc.h: RPC_PROTO_*_VERSION);
@@ -78,7 +79,7 @@ class WorkerInfo:
         n = len(self.devices)
         return (
             f"{self.endpoint}: {self.free / gib:.1f} of {self.total / gib:.1f} GiB free"
-            f" on {n} device{'s' if n != 1 else ''} (protocol {'.'.join(map(str, self.version))})"
+            f" on {counted(n, 'device')} (protocol {'.'.join(map(str, self.version))})"
         )
 
 

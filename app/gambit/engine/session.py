@@ -10,7 +10,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -40,6 +40,7 @@ from gambit.engine.drafters.registry import (
 from gambit.engine.drafters.text_draft import TextDraftDrafter
 from gambit.engine.estimates import CostModel
 from gambit.engine.kernels import KernelChoice, KernelProbe
+from gambit.engine.metrics import GenerationStats, plain_tokens_per_s, reply_baseline
 from gambit.engine.model_loading import Progress, choose_kernels, load_draft_runtime
 from gambit.engine.placement import TargetPlacement
 from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, Decision, FixedGamma, PolicyMode
@@ -189,6 +190,9 @@ class Engine:
         self.controller = self.new_controller(config.policy)
         self.decoder = SpeculativeDecoder(self.target, drafter, self.controller)
         self._chat: ChatPromptBuilder | None = None
+        # Plain decoding's rate as the last reply measured it (finish_reply);
+        # until then the load's (none without a drafter: replies are plain).
+        self._baseline = self.controller.baseline_tokens_per_s if self.costs.t1 > 0 else 0.0
         self._ready = True
 
     def _load_draft(self, probe: KernelProbe, progress: Progress | None) -> ModelRuntime:
@@ -252,14 +256,24 @@ class Engine:
         kept = self._cost_store.load(key, k_max)
         if kept is not None:
             return kept
-        if progress is not None:
-            progress("Timing this machine for the pair (first load only)…")
-        costs = self.calibrate(k_max)
+        say = progress or (lambda _line: None)
+        timing = "Timing this machine for the pair (first load only)"
+        say(f"{timing}…")
+
+        def step(done: int, total: int) -> None:  # (a large pair takes a while: it moves)
+            say(f"{timing}: {100 * done // total}%")
+
+        costs = self.calibrate(k_max, step=step)
         self._cost_store.save(key, costs)
         return costs
 
     def calibrate(
-        self, k_max: int, *, context: int = CALIBRATION_FILLER, draft: Path | None = None
+        self,
+        k_max: int,
+        *,
+        context: int = CALIBRATION_FILLER,
+        draft: Path | None = None,
+        step: Callable[[int, int], None] | None = None,
     ) -> CostModel:
         """Time t_target(k) and a draft step now (``calibrate``) with the loaded
         draft model, or with ``draft``, a candidate (``replay(draft=...)``); a
@@ -268,7 +282,7 @@ class Engine:
         drafter, runtime = self.drafter, self.draft_runtime
         if draft is not None and not self._is_loaded_draft(draft):
             drafter, runtime = self.candidates.drafter(draft), self.candidates.runtime(draft)
-        costs = calibrate(self.target, runtime, k_max, context=context)
+        costs = calibrate(self.target, runtime, k_max, context=context, step=step)
         costs.draft_ratio *= draft_steps_per_token(drafter)
         return costs
 
@@ -352,10 +366,28 @@ class Engine:
         cfg = self.config
         return most_draft_tokens(gamma_max=cfg.gamma_max, tree_nodes=cfg.tree_nodes, tree=self.tree)
 
+    def finish_reply(self, stats: GenerationStats, *, remeasure: bool = True) -> float:
+        """The baseline of the reply just streamed (``stats``), as
+        ``gambit.engine.metrics`` defines it: its own rate if it drafted
+        nothing, else plain decoding on its context, from a plain step
+        re-timed now (``remeasure_baseline``; the last baseline with
+        ``remeasure`` False, when nobody waits for the figure, or when the
+        cache went elsewhere and there is nothing to re-time on). It becomes
+        ``baseline_tokens_per_s`` until the next reply ends, so that a reply's
+        baseline never moves while it streams."""
+        measured = self._baseline
+        step_rate = self.remeasure_baseline() if stats.n_drafted and remeasure else 0.0
+        if step_rate > 0:
+            measured = plain_tokens_per_s(1.0 / step_rate, stats)
+        baseline = reply_baseline(stats, measured)
+        if baseline > 0:
+            self._baseline = baseline
+        return baseline
+
     def remeasure_baseline(self) -> float:
         """Measure plain decoding on the last reply's own context and make it the
-        baseline (the controller's t_target(1)); returns the baseline in tokens/s,
-        0.0 when there was nothing to measure on.
+        controller's t_target(1); returns it in tokens/s, 0.0 when there was
+        nothing to measure on.
 
         One plain step is timed as a plain round takes it: decode the reply's
         last token on the full context, read its logits row and pick the top
@@ -478,8 +510,10 @@ class Engine:
 
     @property
     def baseline_tokens_per_s(self) -> float:
-        """Plain decoding's rate as last measured here (what speedups compare with)."""
-        return self.controller.baseline_tokens_per_s
+        """Plain decoding's rate as the last reply measured it (``finish_reply``),
+        or the load's before any: what a reply that drafts is compared with
+        while it streams. It changes only when a reply ends."""
+        return self._baseline
 
     @property
     def speculating(self) -> bool:
@@ -531,8 +565,11 @@ class Engine:
         config: GenerationConfig,
         cancel: threading.Event | None = None,
     ) -> Iterator[Round]:
-        """Plain completion of ``text`` (base models, no chat template)."""
+        """Plain completion of ``text`` (base models, no chat template); from
+        nothing, the model's begin-of-text token is where it starts."""
         tokens = self.target.tokenize(text, add_special=True, parse_special=False)
+        if not tokens and self.target.bos_token >= 0:
+            tokens = [self.target.bos_token]
         yield from self._generate(tokens, config, cancel)
 
     def _generate(

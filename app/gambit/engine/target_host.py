@@ -268,7 +268,10 @@ class HostedRuntime(ModelRuntime):
         text = f"The worker {names} {reason}: the reply so far is kept."
         if detail:
             text += f" (llama.cpp: {detail})"
-        text += " Reload to continue, or remove the worker in Settings to run on this machine only."
+        text += (
+            " Reload to continue, or remove the worker in Settings → Workers to run on "
+            "this machine only."
+        )
         self._lost = WorkerLostError(text)
         self._lost.endpoints = tuple(gone)  # type: ignore[attr-defined]
         return self._lost

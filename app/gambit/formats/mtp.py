@@ -27,6 +27,7 @@ from pathlib import Path
 
 from gambit.errors import GambitError
 from gambit.formats.gguf_file import check_model_file
+from gambit.words import counted
 
 # What a Python binding must expose before MTP heads can draft.
 MTP_BINDING_API = (
@@ -82,7 +83,7 @@ def mtp_availability(path: Path) -> MtpAvailability:
     n_heads = value if isinstance(value, int) and not isinstance(value, bool) else 0
     if n_heads <= 0:
         return without_heads(name)
-    heads = f"{n_heads} MTP head{'s' if n_heads != 1 else ''}"
+    heads = counted(n_heads, "MTP head")
     if not binding_has_mtp():
         return MtpAvailability(
             False,

@@ -44,8 +44,10 @@ from gambit.models.layerskip_search import (
     check_cancel,
     explore,
     references,
+    stepping,
 )
 from gambit.models.library import ModelLibrary
+from gambit.words import counted
 
 __all__ = [
     "LayerSkipPlan",
@@ -239,7 +241,7 @@ def search_layer_skip(
     n = source.n_blocks
     if n < 3:
         raise LayerSkipError(
-            f"{src.name} has {n} block(s): layer skipping needs at least 3 (the first "
+            f"{src.name} has {counted(n, 'block')}: layer skipping needs at least 3 (the first "
             "and the last are always kept)"
         )
     texts = list(prompts) if prompts is not None else list(CALIBRATION_PROMPTS)
@@ -255,8 +257,8 @@ def search_layer_skip(
     ):
         refs = references(target_rt, texts, n_tokens, report, cancel)
         report("measuring verification cost", 0, 1)
-        costs = calibrate(target_rt, None, gamma_max + 1, repeats=10)
-        report("measuring verification cost", 1, 1)
+        step = stepping(report, "measuring verification cost", cancel)
+        costs = calibrate(target_rt, None, gamma_max + 1, repeats=10, step=step)
         evaluate = Evaluator(source, target_rt, refs, costs, opts, Path(tmp), gamma_max, cancel)
         report("measuring the target's own copy", 0, 1)
         control = evaluate.measure_controls(min(evaluate.N_CONTROLS, 1 + max_evaluations // 16))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from gambit.formats.layerskip_file import (
     cancelled,
 )
 from gambit.fsutil import Progress
+from gambit.words import counted
 
 log = logging.getLogger(__name__)
 
@@ -67,17 +68,29 @@ def prompt_tokens(rt: ModelRuntime, prompt: str, reserve: int) -> list[int]:
     return rt.tokenize(prompt, add_special=True, parse_special=False)
 
 
-def greedy_continuation(rt: ModelRuntime, prompt: list[int], n_tokens: int) -> list[int]:
+def greedy_continuation(
+    rt: ModelRuntime,
+    prompt: list[int],
+    n_tokens: int,
+    step: Callable[[int], None] | None = None,
+) -> list[int]:
+    """The target's greedy continuation of ``prompt``, up to ``n_tokens``;
+    ``step(n)`` hears of each token (the n-th), and may raise to stop there:
+    a token of a large model on a slow machine takes a second or more."""
     rt.clear()
-    rt.decode(prompt)
-    out: list[int] = []
-    for _ in range(n_tokens):
-        token = int(np.argmax(rt.logits(-1)))
-        out.append(token)
-        if rt.is_eog(token) or len(rt.kv_tokens) + 1 >= rt.n_ctx:
-            break
-        rt.decode([token])
-    rt.clear()
+    try:
+        rt.decode(prompt)
+        out: list[int] = []
+        for _ in range(n_tokens):
+            token = int(np.argmax(rt.logits(-1)))
+            out.append(token)
+            if step is not None:
+                step(len(out))
+            if rt.is_eog(token) or len(rt.kv_tokens) + 1 >= rt.n_ctx:
+                break
+            rt.decode([token])
+    finally:
+        rt.clear()
     return out
 
 
@@ -89,16 +102,24 @@ def references(
     cancel: Cancel | None,
 ) -> list[Reference]:
     """The target's greedy continuation (``n_tokens``) of each calibration text,
-    its prompt kept within half the context."""
+    its prompt kept within half the context. Progress counts tokens, and a
+    cancel stops it at the next one."""
+    stage = "generating reference text"
+    total = len(texts) * n_tokens
     refs: list[Reference] = []
     for i, text in enumerate(texts):
-        report("generating reference text", i, len(texts))
+        report(stage, i * n_tokens, total)
         check_cancel(cancel)
+
+        def step(n: int, before: int = i * n_tokens) -> None:
+            report(stage, before + n, total)
+            check_cancel(cancel)
+
         tokens = prompt_tokens(rt, text, n_tokens)[-(rt.n_ctx // 2) :]
-        cont = greedy_continuation(rt, tokens, n_tokens)
+        cont = greedy_continuation(rt, tokens, n_tokens, step)
         if cont:
             refs.append(Reference(tokens, cont))
-    report("generating reference text", len(texts), len(texts))
+    report(stage, total, total)
     check_cancel(cancel)
     return refs
 
@@ -285,6 +306,17 @@ def check_cancel(cancel: Cancel | None) -> None:
         raise LayerSkipCancelledError("cancelled: the layer-skip search was stopped")
 
 
+def stepping(report: Progress, stage: str, cancel: Cancel | None) -> Callable[[int, int], None]:
+    """A step hook (``calibrate``'s): each step reported as ``stage``, and the
+    search stopped at the first step after a cancel."""
+
+    def step(done: int, total: int) -> None:
+        report(stage, done, total)
+        check_cancel(cancel)
+
+    return step
+
+
 def _spread(items: Sequence[int], n: int) -> list[int]:
     """``n`` of ``items``, evenly spaced."""
     if n >= len(items):
@@ -320,7 +352,7 @@ def explore(evaluate: Evaluator, n: int, budget: int, report: Progress) -> None:
 
     since_best = 0
     for k in range(2, len(ranked) + 1):
-        cand = run(ranked[:k], "prefix", f"trying {k} blocks skipped")
+        cand = run(ranked[:k], "prefix", f"trying {counted(k, 'block')} skipped")
         if cand is None:
             break
         since_best = 0 if evaluate.best().skipped == cand.skipped else since_best + 1
@@ -340,4 +372,4 @@ def explore(evaluate: Evaluator, n: int, budget: int, report: Progress) -> None:
         if weakest and rest:  # the least agreeing block swapped for the next
             proposals.append((chosen - set(weakest)) | {rest[0]})
         for skip in proposals:
-            run(skip, "refine", f"refining: {len(skip)} blocks skipped")
+            run(skip, "refine", f"refining: {counted(len(skip), 'block')} skipped")

@@ -26,6 +26,7 @@ from gambit.engine.kernels import KVType
 from gambit.engine.placement import placement_for
 from gambit.formats.gguf_info import ModelInfo
 from gambit.models.memory import estimate_memory, format_size
+from gambit.words import counted
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def _unreachable_problem(worker: WorkerMemory) -> str:
 
 
 def _share_problem(share: WorkerShare) -> str:
-    what = f"{share.layers} layer{'s' if share.layers != 1 else ''}"
+    what = counted(share.layers, "layer")
     if share.output:
         what += " and the output layer"
     return (

@@ -125,7 +125,7 @@ class EngineWorker(QObject):
     load_failed = Signal(str)
     delta = Signal(object)  # ReplyDelta
     finished = Signal(object)  # ReplyResult
-    failed = Signal(str, object)  # message, partial ReplyResult
+    failed = Signal(str, object)  # message, partial ReplyResult (None: nothing streamed)
     # A worker holding the target's layers is gone, and the engine with it:
     # message (naming the worker), partial ReplyResult
     engine_lost = Signal(str, object)
@@ -305,13 +305,13 @@ class EngineWorker(QObject):
                 if rnd.stop is not None:
                     stop = rnd.stop.value
             reading = load.read()
-            if tracker.stats.n_drafted and not self._closing.is_set():
-                # The reply is compared with plain decoding on its own context.
-                engine.remeasure_baseline()
+            # A reply that drafted is compared with plain decoding on its own
+            # context (not re-timed while the window closes: nobody would read it).
+            baseline = engine.finish_reply(tracker.stats, remeasure=not self._closing.is_set())
             busy = reading.describe() if reading.busy else None
             self.finished.emit(
                 ReplyResult("".join(text_parts), tuple(drafted), stop,
-                            self._snapshot(engine, tracker, busy), speculated)
+                            self._snapshot(engine, tracker, busy, baseline), speculated)
             )  # fmt: skip
         except WorkerLostError as exc:
             partial = self._partial(engine, tracker, text_parts, drafted)
@@ -437,25 +437,35 @@ class EngineWorker(QObject):
 
     @staticmethod
     def _snapshot(
-        engine: Engine, tracker: MetricsTracker, busy: str | None = None
+        engine: Engine,
+        tracker: MetricsTracker,
+        busy: str | None = None,
+        baseline: float | None = None,
     ) -> MetricsSnapshot:
+        """The reply's figures now; ``baseline``: the one its end measured
+        (while it streams, the engine's, which holds still until it ends)."""
         decision = engine.decision
         gamma = decision.gamma if engine.speculating else 0
         if engine.drafter is None:
-            reason = "off: no drafter chosen (Settings → Speculation → Drafter)"
+            reason = "off: no drafter chosen (Settings → Models → Drafter)"
         elif not engine.speculating:
             reason = "off: speculation is switched off (the Speculation button)"
         else:
             reason = decision.reason
         side = decision.side if gamma else 0
-        baseline = engine.baseline_tokens_per_s
+        if baseline is None:
+            baseline = engine.baseline_tokens_per_s
         return tracker.snapshot(
             baseline, gamma, reason, tree=engine.tree, side_nodes=side, busy=busy
         )
 
     def _partial(
         self, engine: Engine, tracker: MetricsTracker, parts: list[str], drafted: list[bool]
-    ) -> ReplyResult:
+    ) -> ReplyResult | None:
+        """What streamed before a failure; None when nothing did (a refused
+        message has no reply, so no figures)."""
+        if not tracker.stats.n_tokens and not parts:
+            return None
         return ReplyResult("".join(parts), tuple(drafted), "error",
                            self._snapshot(engine, tracker), False)  # fmt: skip
 

@@ -158,9 +158,10 @@ def _generate(engine: Engine, job: Job) -> Outcome:
         if rnd.stop is not None:
             finish = _FINISH.get(rnd.stop, "stop")
     stats = tracker.stats
-    if stats.n_drafted and not job.cancel.is_set():
-        engine.remeasure_baseline()  # the reply compared with plain decoding on its context
-    snapshot = tracker.snapshot(engine.baseline_tokens_per_s)
+    # The reply compared with plain decoding on its context (not re-timed for
+    # a client that went away).
+    baseline = engine.finish_reply(stats, remeasure=not job.cancel.is_set())
+    snapshot = tracker.snapshot(baseline)
     if job.on_snapshot is not None:
         job.on_snapshot(snapshot)
     figures = ServedFigures(

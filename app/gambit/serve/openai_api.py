@@ -40,6 +40,7 @@ from gambit.engine.reply import GenerationConfig
 from gambit.engine.sampling import SamplingParams
 from gambit.serve.jobs import EngineHost, Job, Outcome
 from gambit.serve.prometheus import ServeMetrics
+from gambit.words import counted
 
 BODY_MAX_BYTES = 4 * 1024 * 1024
 MAX_TOKENS_LIMIT = 32768  # as the settings' Max tokens
@@ -154,23 +155,27 @@ class _Api:
 
     async def chat(self, request: Request) -> Response:
         body = await _json_body(request)
+        # The body's shape first: a malformed request is a 400 naming its
+        # field, whichever model it asks for.
+        messages = _messages(body.get("messages"))
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise _invalid("stream must be true or false.", "stream")
+        asked = body.get("model")
+        if not isinstance(asked, str):
+            raise _invalid("model must be the model's name, as GET /v1/models lists it.", "model")
         model = self.host.model_id()
         if model is None:
             raise ApiError(503, "No model is loaded.", "server_error", code="model_not_loaded")
-        asked = body.get("model")
-        if not isinstance(asked, str) or asked != model:
+        if asked != model:
             raise ApiError(
                 404, f"The model {asked!r} does not exist here: this server has {model!r}.",
                 "invalid_request_error", "model", "model_not_found",
             )  # fmt: skip
-        messages = _messages(body.get("messages"))
-        config = self._config(body)
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise _invalid("stream must be true or false.", "stream")
+        config = self._config(body)  # (max_tokens is checked against the model's context)
         if self.pending >= self.options.queue_max:
             raise ApiError(
-                429, f"{self.pending} requests are running or waiting; try again shortly.",
+                429, f"{counted(self.pending, 'request')} running or waiting; try again shortly.",
                 "rate_limit_error", code="queue_full",
             )  # fmt: skip
         queue = _Queue(asyncio.get_running_loop())
@@ -326,8 +331,12 @@ async def _json_body(request: Request) -> dict[str, Any]:
 
 
 def _messages(value: object) -> list[Message]:
+    """The conversation, refused as the window refuses an empty message: it
+    needs a user message, and the last one must have text."""
     if not isinstance(value, list) or not value:
-        raise _invalid("messages must be a non-empty list.", "messages")
+        raise _invalid(
+            'messages must be a list of messages, each {"role": ..., "content": ...}.', "messages"
+        )
     out = []
     for i, m in enumerate(value):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
@@ -335,6 +344,11 @@ def _messages(value: object) -> list[Message]:
         out.append(Message(m["role"], _content(m.get("content"), i)))
     if out[-1].role == "assistant":
         raise _invalid("The last message must be the user's (or the system's).", "messages")
+    users = [i for i, m in enumerate(out) if m.role == "user"]
+    if not users:
+        raise _invalid("messages needs a user message to reply to.", "messages")
+    if not out[users[-1]].content.strip():
+        raise _invalid(f"messages[{users[-1]}], the last user message, is empty.", "messages")
     return out
 
 

@@ -22,6 +22,7 @@ from gambit.errors import GambitError
 from gambit.fsutil import write_atomic
 from gambit.storage import paths
 from gambit.storage.settings import Settings
+from gambit.words import counted
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class SavedMeasurement:
     @property
     def title(self) -> str:
         when = self.started.replace("T", " ")[:16]
-        return f"{when} · {self.turns} turn{'s' if self.turns != 1 else ''}"
+        return f"{when} · {counted(self.turns, 'turn')}"
 
 
 def measurements_dir() -> Path:

@@ -24,6 +24,7 @@ from typing import Any
 
 from gambit.storage.conversations import ROLES
 from gambit.storage.rows import ConversationSummary, StoredMessage
+from gambit.words import counted
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,7 @@ class Salvage:
 
     def describe(self) -> str:
         n_conv, n_msg = len(self.conversations), self.n_messages
-        return (
-            f"{n_conv} conversation{'s' if n_conv != 1 else ''} with "
-            f"{n_msg} message{'s' if n_msg != 1 else ''}"
-        )
+        return f"{counted(n_conv, 'conversation')} with {counted(n_msg, 'message')}"
 
 
 def salvage(path: Path) -> Salvage:

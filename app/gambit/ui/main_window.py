@@ -221,8 +221,8 @@ class MainWindow(WindowPanes):
             log.warning("could not save the settings: %s", exc)
         self._show_error(
             "Self-speculation is off",
-            f"{reason}\n\nReplies use plain decoding; the drafter in Settings is set back "
-            "to None (choose one there again at any time).",
+            f"{reason}\n\nReplies use plain decoding; the drafter (Settings → Models → "
+            "Drafter) is set back to None (choose one there again at any time).",
             warning=True,
         )
 
@@ -391,8 +391,10 @@ class MainWindow(WindowPanes):
                 failure = exc
         try:
             self.chat.end_reply(reply_footer(stats))  # as it will read when reopened
-            if result is not None:
-                self.stats.set_snapshot(result.snapshot)
+            if result is not None and result.snapshot.n_tokens:
+                self.stats.set_snapshot(result.snapshot)  # every figure from this reply
+            else:
+                self.stats.clear()  # no reply (refused, stopped at once): no figure at all
         finally:  # whatever failed, the window is idle again
             self.generating = False
             self._reply_id = None

@@ -46,6 +46,7 @@ from gambit.bench import (
     MeasureOutcome,
     MeasureProgress,
     MeasureRequest,
+    replays_per_turn,
     report_csv,
 )
 from gambit.engine.drafters.registry import DRAFTING, spec
@@ -56,7 +57,9 @@ from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations
 from gambit.storage.settings import Settings
 from gambit.ui import theme
 from gambit.ui.measure_results import MeasureResults
+from gambit.words import counted
 
+TURNS_ROLE = Qt.ItemDataRole.UserRole + 1  # a conversation item's user turns
 POLICIES = (("adaptive", "Adaptive γ", True), ("fixed=2", "Fixed γ=2", False),
             ("fixed=4", "Fixed γ=4", True), ("fixed=8", "Fixed γ=8", False))  # fmt: skip
 DEFAULT_REPLY_TOKENS = 96
@@ -81,6 +84,11 @@ def time_left(seconds: float | None) -> str:
     if seconds < 60:
         return f"about {max(1, round(seconds))} s left"
     return f"about {seconds / 60:.0f} min left" if seconds >= 90 else "about 1 min left"
+
+
+def _policy_fits(key: str, gamma_max: int) -> bool:
+    """Whether a measurement keeps a policy (a fixed γ above max γ is left out)."""
+    return key == "adaptive" or int(key.removeprefix("fixed=")) <= gamma_max
 
 
 class MeasureDialog(QDialog):
@@ -141,9 +149,10 @@ class MeasureDialog(QDialog):
         self.earlier.currentItemChanged.connect(self._on_earlier_selected)
         self.export_json_button.clicked.connect(lambda: self._ask_export("json"))
         self.export_csv_button.clicked.connect(lambda: self._ask_export("csv"))
-        self.conversations.itemChanged.connect(lambda _item: self._update_buttons())
+        self.conversations.itemChanged.connect(lambda _item: self._on_chats_ticked())
         for box in (*self.drafter_boxes.values(), self.trees_box, *self.policy_boxes.values()):
-            box.toggled.connect(lambda _on: self._update_buttons())
+            box.toggled.connect(lambda _on: self._on_choice_changed())
+        self.last_turns.valueChanged.connect(lambda _n: self._on_choice_changed())
 
     def _build_chats(self) -> QGroupBox:
         self.chats_group = chats = QGroupBox("Conversations")
@@ -259,13 +268,17 @@ class MeasureDialog(QDialog):
         except GambitError as exc:
             convs = []
             self.status.setText(str(exc))
+        self.conversations.blockSignals(True)  # (the offer follows once, below)
         for c in convs:
-            turns = f"{c.n_user_turns} turn{'s' if c.n_user_turns != 1 else ''}"
+            turns = counted(c.n_user_turns, "turn")
             item = QListWidgetItem(f"{c.title} · {turns}")
             item.setData(Qt.ItemDataRole.UserRole, c.id)
+            item.setData(TURNS_ROLE, c.n_user_turns)
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
             item.setCheckState(Qt.CheckState.Checked)
             self.conversations.addItem(item)
+        self.conversations.blockSignals(False)
+        self._offer_turns()
         self.refresh_drafters()
 
     @Slot()
@@ -283,7 +296,9 @@ class MeasureDialog(QDialog):
             box.setEnabled(usable)
             box.setChecked(usable)
             box.setToolTip(
-                "" if usable else "Not loaded: choose it in Settings or Models to compare it"
+                ""
+                if usable
+                else "Not loaded: choose it in Settings → Models → Drafter to compare it"
             )
         trees = info is not None and settings.tree_drafts and loaded != "none"
         self.trees_box.setEnabled(trees)
@@ -291,9 +306,9 @@ class MeasureDialog(QDialog):
         self.trees_box.setToolTip(
             "Also each drafter drafting token trees (adaptive policy)"
             if trees
-            else "Switch Tree drafts on in Settings to compare trees"
+            else "Switch on Settings → Speculation → Tree drafts to compare trees"
         )
-        self._update_buttons()
+        self._on_choice_changed()
 
     def refresh_earlier(self, select_first: bool = False) -> None:
         self.earlier.blockSignals(True)
@@ -313,6 +328,55 @@ class MeasureDialog(QDialog):
         self.earlier.setCurrentRow(0)
         self.earlier.blockSignals(False)
         self.results.show_report(report)
+
+    def available_turns(self) -> int:
+        """The user turns of the ticked conversations: the most a measurement replays."""
+        items = [self.conversations.item(i) for i in range(self.conversations.count())]
+        return sum(
+            int(it.data(TURNS_ROLE) or 0)
+            for it in items
+            if it.checkState() == Qt.CheckState.Checked
+        )
+
+    def planned_replays(self) -> int:
+        """The replays Measure would run now: the turns offered, each target-only
+        twice and once per drafter and policy ticked (trees: once more per drafter)."""
+        gamma_max = self.host.settings().gamma_max
+        policies = [
+            key
+            for key, box in self.policy_boxes.items()
+            if box.isChecked() and _policy_fits(key, gamma_max)
+        ]
+        trees = self.trees_box.isEnabled() and self.trees_box.isChecked()
+        drafters = [b for b in self.drafter_boxes.values() if b.isEnabled() and b.isChecked()]
+        n_configs = len(drafters) * (len(policies) + trees)
+        turns = min(self.last_turns.value(), self.available_turns())
+        return turns * replays_per_turn(n_configs) if n_configs else 0
+
+    def _offer_turns(self) -> None:
+        """Offer as many latest turns as the ticked conversations hold (at most
+        the default); a count the user lowered stays, within what there is."""
+        spin = self.last_turns
+        available = self.available_turns()
+        following = spin.value() >= min(spin.maximum(), DEFAULT_LAST_TURNS)
+        spin.blockSignals(True)
+        spin.setMaximum(max(1, available))
+        if following:
+            spin.setValue(max(1, min(DEFAULT_LAST_TURNS, available)))
+        spin.blockSignals(False)
+
+    def _on_chats_ticked(self) -> None:
+        self._offer_turns()
+        self._on_choice_changed()
+
+    def _on_choice_changed(self) -> None:
+        """Before a run, the progress bar counts the replays the choices make."""
+        if not self.running:
+            total = self.planned_replays()
+            self.progress.setFormat("%v of %m replays" if total else "Nothing to replay")
+            self.progress.setRange(0, max(total, 1))
+            self.progress.setValue(0)
+        self._update_buttons()
 
     def chosen_conversations(self) -> tuple[int, ...] | None:
         """The ticked conversations; None when all are (later ones count too)."""

@@ -44,6 +44,7 @@ from gambit.bench import PAYS_FROM, TARGET_ONLY
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING
 from gambit.engine.metrics import format_sources, format_speedup
 from gambit.ui import theme
+from gambit.words import counted
 
 # Colours of the configurations in the scatter, in the report's order.
 SERIES_COLOURS = (theme.ACCENT, theme.VIOLET, theme.TEAL, theme.WARN, theme.GOOD, theme.BAD)
@@ -349,7 +350,7 @@ class MeasureResults(QWidget):
                 if f is None or f.get("speedup") is None:
                     continue  # no draft accepted in this conversation: nothing to plot
                 series.append(QPointF(100.0 * f["acceptance_rate"], f["speedup"]))
-                titles.append(f"{conv['title']} ({conv['kind']}, {conv['turns']} turns)")
+                titles.append(f"{conv['title']} ({conv['kind']}, {counted(conv['turns'], 'turn')})")
                 top = max(top, f["speedup"] * 1.1)
             chart.addSeries(series)
             series.attachAxis(x)
@@ -441,6 +442,6 @@ def _source_line(report: dict[str, Any]) -> str:
     when = str(report.get("started", "")).replace("T", " ")[:16]
     turns = report.get("turns", 0)
     return (
-        f"{when} · {turns} turn{'s' if turns != 1 else ''} replayed, "
+        f"{when} · {counted(turns, 'turn')} replayed, "
         f"{report.get('max_tokens')} tokens each, greedy · {' + '.join(names)}"
     )

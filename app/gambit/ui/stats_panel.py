@@ -53,6 +53,7 @@ from gambit.ui.stats_charts import (
     set_range,
 )
 from gambit.ui.theme import Tone
+from gambit.words import counted
 
 if TYPE_CHECKING:
     from gambit.qt.worker import EngineInfo
@@ -75,9 +76,10 @@ TOOLTIPS: Final[dict[str, str]] = {
         "to the last round), as in the reply's footer and gambit-cli."
     ),
     "baselineValue": (
-        "Plain decoding's rate for this model on this machine (1 / t_target(1)): measured "
-        "at load, kept current by plain rounds, and re-measured on the reply's own "
-        "context at the end of a reply that drafted."
+        "Plain decoding's rate, as your plain replies get it. A reply that drafted nothing "
+        "is plain decoding: its baseline is its own tokens/s. A reply that drafted is "
+        "compared with a plain step re-timed on its own context when it ends; while it "
+        "streams, with the baseline the last reply ended with."
     ),
     "acceptedValue": "Draft tokens the target model accepted / draft tokens proposed, this reply.",
     "acceptanceValue": "Accepted draft tokens / drafted tokens over the whole reply.",
@@ -134,7 +136,7 @@ def format_shape(gamma: int, side_nodes: int) -> str:
         return "off"
     if side_nodes <= 0:
         return f"γ {gamma}, a plain chain"
-    return f"γ {gamma} + {side_nodes} side node{'s' if side_nodes != 1 else ''}"
+    return f"γ {gamma} + {counted(side_nodes, 'side node')}"
 
 
 def drafter_line(info: EngineInfo) -> str:

@@ -137,7 +137,8 @@ def _build_layerskip(given: BuildInput) -> Built:
 
 LAYERSKIP_HELP = (
     "The target drafts for itself with some of its blocks skipped. The first load measures"
-    " which blocks to skip (about a minute); on very small models it rarely pays, and the"
+    " which blocks to skip (a minute or more: several for a large model on a slow machine;"
+    " its progress shows, and Cancel stops it); on very small models it rarely pays, and the"
     " controller then switches it off."
 )
 

@@ -63,6 +63,7 @@ from gambit.ui.models_dialog.text import format_bytes, same_file
 from gambit.ui.models_dialog.widgets import message_label, show_message
 from gambit.ui.models_dialog.worker_memory import WorkerMemoryProbe
 from gambit.ui.theme import Tone
+from gambit.words import counted
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,9 @@ class ModelsDialog(QDialog):
 
         def done(value: object) -> None:
             found = value if isinstance(value, list) else []
-            self._say(f"Added the folder {path}: {len(found)} usable models in the library.")
+            self._say(
+                f"Added the folder {path}: {counted(len(found), 'usable model')} in the library."
+            )
 
         self._start("folder", f"Scanning {path}", job, done)
 
@@ -192,8 +195,8 @@ class ModelsDialog(QDialog):
         def done(value: object) -> None:
             found = value if isinstance(value, list) else []
             bad = len(self.library.problems())
-            extra = f"; {bad} file{'s' if bad != 1 else ''} could not be used" if bad else ""
-            self._say(f"Rescanned: {len(found)} usable models{extra}.")
+            extra = f"; {counted(bad, 'file')} could not be used" if bad else ""
+            self._say(f"Rescanned: {counted(len(found), 'usable model')}{extra}.")
 
         self._start("rescan", "Rescanning the library", job, done)
 

@@ -29,6 +29,7 @@ from gambit.ui import theme
 from gambit.ui.models_dialog.text import display_name, format_bytes, format_params, same_file
 from gambit.ui.models_dialog.widgets import PATH_ROLE, button, cell, message_label, show_message
 from gambit.ui.settings_dialog import GGUF_FILTER
+from gambit.words import counted
 
 EMPTY_TEXT = (
     "No models yet. Import a .gguf file or add a folder that holds some; "
@@ -229,9 +230,7 @@ def problem_lines(problems: Sequence[ScanProblem]) -> list[str]:
     if not problems:
         return []
     n = len(problems)
-    return [f"{n} file{'s' if n != 1 else ''} could not be used:"] + [
-        f"•  {p.message}" for p in problems
-    ]
+    return [f"{counted(n, 'file')} could not be used:"] + [f"•  {p.message}" for p in problems]
 
 
 def library_tab(left: QWidget, details: QWidget) -> QWidget:

@@ -15,6 +15,7 @@ from gambit.ui import theme
 from gambit.ui.models_dialog.text import MIB, format_bytes, html
 from gambit.ui.models_dialog.widgets import PROGRESS_STEPS
 from gambit.ui.theme import Tone
+from gambit.words import counted
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class MemoryView(QGroupBox):
         if est.asking:
             n = est.asking
             text += (
-                f"<p style='color:{muted}'>Asking the {n} worker{'s' if n != 1 else ''} for "
+                f"<p style='color:{muted}'>Asking the {counted(n, 'worker')} for "
                 "their free memory, to split the target's layers…</p>"
             )
         if est.split is not None:
@@ -175,7 +176,7 @@ def split_table(split: MemorySplit, with_draft: bool) -> str:
     not answer), then what stays on this machine."""
     rows = ""
     for share in split.shares:
-        what = f"{share.layers} layer{'s' if share.layers != 1 else ''}"
+        what = counted(share.layers, "layer")
         what += " + output" if share.output else ""
         free = format_bytes(share.worker.free)
         flag = "" if share.fits else " ⚠"
@@ -189,7 +190,7 @@ def split_table(split: MemorySplit, with_draft: bool) -> str:
             f"<tr><td>{html(worker.endpoint)}</td>"
             "<td align='right'>&nbsp;&nbsp;unreachable ⚠</td></tr>"  # (why: in the warning)
         )
-    here = f"{split.local_layers} layer{'s' if split.local_layers != 1 else ''}, embeddings"
+    here = f"{counted(split.local_layers, 'layer')}, embeddings"
     here += ", the draft" if with_draft else ""
     rows += (
         f"<tr><td><b>This machine</b>&nbsp; {here}</td>"
