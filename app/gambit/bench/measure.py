@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import math
-import statistics
 import threading
 import time
 from collections import Counter, defaultdict
@@ -37,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gambit.bench.costs import CALIBRATION_CONTEXT, cost_summary
-from gambit.bench.measure_report import recommend, regime_sentence, turn_kind
+from gambit.bench.measure_report import baseline_noise, recommend, regime_sentence, turn_kind
 from gambit.bench.runner import TARGET_ONLY, ModeTotals
 from gambit.engine.backend import detect_backend
 from gambit.engine.busy import LoadMeter, LoadReading
@@ -557,24 +555,6 @@ def _report(
     }
     report["recommendation"] = recommend(report)
     return report
-
-
-def baseline_noise(pairs: Sequence[tuple[tuple[int, float], tuple[int, float]]]) -> float:
-    """How far two target-only runs of the same turns differ, as a share: the
-    difference of their overall rates, plus twice the standard error of the
-    per-turn ratios (few turns: wide). A gain must clear it to count."""
-    if not pairs:
-        return 0.0
-    first = sum(a[0] for a, _ in pairs) / max(sum(a[1] for a, _ in pairs), 1e-9)
-    again = sum(b[0] for _, b in pairs) / max(sum(b[1] for _, b in pairs), 1e-9)
-    overall = abs(again / first - 1.0) if first > 0 else 0.0
-    ratios = [
-        math.log((b[0] / b[1]) / (a[0] / a[1]))
-        for a, b in pairs
-        if min(a[0], b[0]) > 0 and min(a[1], b[1]) > 0
-    ]
-    error = statistics.stdev(ratios) / math.sqrt(len(ratios)) if len(ratios) > 1 else 0.0
-    return overall + 2.0 * (math.exp(error) - 1.0)
 
 
 def machine_info(engine: Engine) -> dict[str, Any]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -245,3 +247,21 @@ def _cell(value: Any) -> Any:
     if isinstance(value, Mapping):  # accepted tokens by source: "70 prompt lookup; 26 draft model"
         return "; ".join(f"{n} {name}" for name, n in value.items())
     return f"{value:.6g}" if isinstance(value, float) else value
+
+
+def baseline_noise(pairs: Sequence[tuple[tuple[int, float], tuple[int, float]]]) -> float:
+    """How far two target-only runs of the same turns differ, as a share: the
+    difference of their overall rates, plus twice the standard error of the
+    per-turn ratios (few turns: wide). A gain must clear it to count."""
+    if not pairs:
+        return 0.0
+    first = sum(a[0] for a, _ in pairs) / max(sum(a[1] for a, _ in pairs), 1e-9)
+    again = sum(b[0] for _, b in pairs) / max(sum(b[1] for _, b in pairs), 1e-9)
+    overall = abs(again / first - 1.0) if first > 0 else 0.0
+    ratios = [
+        math.log((b[0] / b[1]) / (a[0] / a[1]))
+        for a, b in pairs
+        if min(a[0], b[0]) > 0 and min(a[1], b[1]) > 0
+    ]
+    error = statistics.stdev(ratios) / math.sqrt(len(ratios)) if len(ratios) > 1 else 0.0
+    return overall + 2.0 * (math.exp(error) - 1.0)
