@@ -138,8 +138,8 @@ def _run_gui(qt_args: list[str]) -> int:
     from gambit.storage.settings import SettingsStore
     from gambit.ui.main_window import MainWindow
 
-    # PySide6 6.12.0 loses a reference to True on every emit(): repair it before
-    # the first one, which the worker makes (a no-op on a binding without the bug).
+    # PySide6 6.12.0 loses a reference to None or True on most calls: repair that
+    # before any other thread starts (a no-op on a binding without the bug).
     compat.install()
     app = QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("Gambit")
