@@ -1,4 +1,5 @@
-"""Work around PySide6 6.12.0's lost references to None, True and False.
+"""Work around PySide6 6.12.0: its lost references to None, True and False, and
+widgets it leaves owned by Python and by their Qt parent at once.
 
 PySide6 6.12.0 (its ``cp310-abi3`` wheels) returns ``None`` from every method
 without a result (``setText``, ``show``, ``QTimer.start``...) and ``True`` from
@@ -26,6 +27,7 @@ import sys
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QWidget
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +85,20 @@ def install() -> None:
             return
     for obj in _SINGLETONS:
         _reference_count(obj).value += IMMORTAL_SHARE
+
+
+def give_to_qt_parents(root: QWidget) -> None:
+    """Leave the widgets under ``root`` to their Qt parents alone.
+
+    A widget added to a layout before that layout is nested in another one
+    (``row.addWidget(b)``, then ``column.addLayout(row)`` or
+    ``form.addRow(label, row)``) becomes a Qt child of the column's widget,
+    but PySide6 6.12's ``addLayout`` glue no longer hands it over in the
+    binding's own table: Python still owns it too. At exit PySide deletes what
+    Python owns, and when that releases the last reference to an owner above
+    the widget, the owner deletes the widget a second time ("QObject: shared
+    QObject was deleted directly", then SIGSEGV). ``findChildren`` records
+    every widget it returns as a child of ``root`` (PySide's rule for objects
+    found), which leaves one owner: Qt. Call it once a widget tree is built.
+    """
+    root.findChildren(QWidget)
