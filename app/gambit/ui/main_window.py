@@ -578,7 +578,10 @@ class MainWindow(WindowPanes):
         open_message(self, title, message, warning)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        if self._closing:  # (closed already: the app closes it again after exec())
+            return super().closeEvent(event)
         self._closing = True
+        self._autosave.stop()  # nothing writes once the history is closed below
         if self.generating and self._reply_id is not None:
             # Save what has streamed so far before anything else can fail.
             partial = self.chat.streamed()[0]
