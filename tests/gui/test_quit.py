@@ -3,8 +3,8 @@ about QObjects or fatal errors, and what it had to write is in the history.
 
 Each path once: the Models dialog cancelled, then File → Quit (the report's
 steps); every dialog opened and cancelled, a reply, then File → Quit; and
-File → Quit while a reply is still streaming. (A soak of many runs of each
-lives outside the suite: see the commit that added this file.)
+File → Quit while a reply is still streaming. (Many runs of each in a row:
+tests/quit_soak.py, outside the suite.)
 """
 
 from __future__ import annotations
