@@ -9,5 +9,5 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
 from gambit.qt import compat
 
-# As the app does at start-up (gambit.ui.app): before any test emits a signal.
+# As the app does at start-up (gambit.ui.app): before any test calls Qt.
 compat.install()

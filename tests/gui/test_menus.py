@@ -11,6 +11,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, QUrl, Slot
 from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QApplication, QDialog, QMenu, QMessageBox, QToolBar, QWidget
 from pytestqt.qtbot import QtBot
+from shiboken6 import Shiboken
 
 from gambit import __version__
 from gambit.storage.conversations import ConversationStore
@@ -233,3 +234,52 @@ def test_open_log_folder(window: MainWindow, tmp_path: Path) -> None:
 def test_quit_closes_the_window(qtbot: QtBot, window: MainWindow) -> None:
     qtbot.keyClick(window.input, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=3000)
+
+
+def _two_owners(top: QWidget) -> list[str]:
+    """The objects under ``top`` that Python owns although a Qt parent owns them
+    too: at exit PySide deletes the first, and a parent may delete them again.
+    (Read from the binding's table: findChildren would settle what it finds.)"""
+    found = []
+    for obj in Shiboken.getAllValidWrappers():
+        if not isinstance(obj, QObject) or not Shiboken.ownedByPython(obj):
+            continue
+        parent = obj.parent()
+        ancestor = parent
+        while ancestor is not None and ancestor is not top:
+            ancestor = ancestor.parent()
+        if ancestor is top:
+            assert parent is not None
+            found.append(f"{type(obj).__name__} {obj.objectName()!r} in {parent.objectName()!r}")
+    return found
+
+
+def test_the_window_and_its_dialogs_leave_each_widget_one_owner(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    assert _two_owners(window) == []
+    seen: list[QWidget] = []
+
+    def inside(dialog: QWidget) -> None:
+        # (exec() hands the dialog itself to Python while it runs)
+        assert _two_owners(dialog) == []
+        assert isinstance(dialog, QDialog)
+        dialog.reject()
+
+    for action in ("settingsAction", "modelsAction"):
+        _on_modal(qtbot, seen, inside)
+        _action(window, action).trigger()
+        dialog = seen[-1]
+        # Deleted once done, by the event loop: not left with two owners until exit.
+        qtbot.waitUntil(lambda dialog=dialog: not Shiboken.isValid(dialog), timeout=3000)
+    assert [type(d).__name__ for d in seen] == ["SettingsDialog", "ModelsDialog"]
+    for action, name in (("measureAction", "measureDialog"), ("serverAction", "serverDialog")):
+        _action(window, action).trigger()  # shown, and kept for the next time
+        assert _two_owners(window) == [], action
+        shown = [
+            o for o in Shiboken.getAllValidWrappers()
+            if isinstance(o, QDialog) and o.objectName() == name and o.isVisible()
+        ]  # fmt: skip
+        assert len(shown) == 1, name
+        shown[0].close()
+    assert _two_owners(window) == []

@@ -128,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_gui(qt_args: list[str]) -> int:
+    from PySide6.QtCore import QEvent
     from PySide6.QtGui import QIcon
     from PySide6.QtWidgets import QApplication
 
@@ -138,8 +139,8 @@ def _run_gui(qt_args: list[str]) -> int:
     from gambit.storage.settings import SettingsStore
     from gambit.ui.main_window import MainWindow
 
-    # PySide6 6.12.0 loses a reference to True on every emit(): repair it before
-    # the first one, which the worker makes (a no-op on a binding without the bug).
+    # PySide6 6.12.0 loses a reference to None or True on most calls: repair that
+    # before any other thread starts (a no-op on a binding without the bug).
     compat.install()
     app = QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("Gambit")
@@ -160,6 +161,9 @@ def _run_gui(qt_args: list[str]) -> int:
     window.show()
     window.load_engine()
     code = app.exec()
+    # Whatever ended the event loop, the window's closing saves the streaming
+    # reply and stops the engine thread (a no-op when it was closed already).
+    window.close()
     if window.worker_thread.thread.isRunning():
         # The engine is inside a native call that cannot be interrupted (a
         # model load, a decode) and did not return within the close timeout.
@@ -174,6 +178,11 @@ def _run_gui(qt_args: list[str]) -> int:
         )
         logging.shutdown()
         os._exit(code)
+    # Delete the window here, children with their parents, while Qt and Python
+    # are whole: what Python still owns at interpreter exit PySide deletes in no
+    # set order, and one deletion there can release another's owner.
+    window.deleteLater()
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     return code
 
 

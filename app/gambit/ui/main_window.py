@@ -14,6 +14,7 @@ from gambit.engine.reply import GenerationConfig
 from gambit.errors import GambitError
 from gambit.models.library import ModelLibrary
 from gambit.models.settings_check import model_file_problems
+from gambit.qt.compat import give_to_qt_parents
 from gambit.qt.worker import EngineInfo, EngineRequest, ReplyDelta, ReplyResult, WorkerThread
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history import prompt_messages
@@ -26,7 +27,7 @@ from gambit.ui.reply_record import run_lengths, shown_messages, stats_dict, titl
 from gambit.ui.settings_dialog import SettingsDialog
 from gambit.ui.stats_panel import StatsPanel
 from gambit.ui.window_layout import WindowPanes
-from gambit.ui.window_widgets import LatencyProbe, named, open_message
+from gambit.ui.window_widgets import LatencyProbe, exec_once, named, open_message
 from gambit.ui.worker_lost import offer_local
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class MainWindow(WindowPanes):
         self.local_service: LocalService | None = None  # Tools → Local server, once opened
         self._closing = False
         self._build()
+        give_to_qt_parents(self)  # one owner per widget (see there)
         self._connect()
         self._use_lookup_memory(self.settings.lookup_memory)
         self.latency = LatencyProbe(self)
@@ -504,16 +506,14 @@ class MainWindow(WindowPanes):
         dialog = SettingsDialog(
             self.settings, self, gpu_offload=gpu, forget_memory=self.forget_lookup_memory
         )
-        if dialog.exec() != SettingsDialog.DialogCode.Accepted:
-            return
-        self.apply_settings(dialog.settings())
+        if exec_once(dialog):
+            self.apply_settings(dialog.settings())
 
     @Slot()
     def open_models(self) -> None:
         dialog = ModelsDialog(ModelLibrary(), self.settings, self)
-        if dialog.exec() != ModelsDialog.DialogCode.Accepted:
-            return
-        self.apply_settings(dialog.chosen_settings())
+        if exec_once(dialog):
+            self.apply_settings(dialog.chosen_settings())
 
     def apply_settings(self, new: Settings) -> bool:
         """Save and use ``new``; False (and nothing saved or unloaded) if a model
@@ -580,7 +580,10 @@ class MainWindow(WindowPanes):
         open_message(self, title, message, warning)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        if self._closing:  # (closed already: the app closes it again after exec())
+            return super().closeEvent(event)
         self._closing = True
+        self._autosave.stop()  # nothing writes once the history is closed below
         if self.generating and self._reply_id is not None:
             # Save what has streamed so far before anything else can fail.
             partial = self.chat.streamed()[0]

@@ -51,6 +51,7 @@ from gambit.bench import (
 )
 from gambit.engine.drafters.registry import DRAFTING, spec
 from gambit.errors import GambitError
+from gambit.qt.compat import give_to_qt_parents
 from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage import measurements
 from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations
@@ -104,6 +105,7 @@ class MeasureDialog(QDialog):
         self.last_outcome: MeasureOutcome | None = None
         self._eta: tuple[float, float] | None = None  # (eta seconds, when it was said)
         self._build()
+        give_to_qt_parents(self)  # one owner per widget (see there)
         worker = host.worker
         self.request_measure.connect(worker.measure)
         worker.measure_progress.connect(self._on_progress)

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from gambit.errors import GambitError
+from gambit.qt.compat import give_to_qt_parents
 from gambit.qt.served import LocalService
 from gambit.qt.worker import EngineInfo
 from gambit.serve.openai_api import ServeOptions
@@ -93,6 +94,7 @@ class ServerDialog(QDialog):
         layout.addLayout(buttons)
         layout.addWidget(self.status)
         layout.addWidget(close)
+        give_to_qt_parents(self)  # one owner per widget (see there)
         self._timer = QTimer(self)  # the request count, while it runs
         self._timer.setInterval(1000)
         self._timer.timeout.connect(self._show_state)

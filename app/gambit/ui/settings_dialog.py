@@ -39,6 +39,7 @@ from gambit.engine.drafters.registry import (
 from gambit.formats.mtp import MtpAvailability, mtp_availability, without_heads
 from gambit.models.default_model import DEFAULT_MODEL_FILE, DEFAULT_MODEL_NAME, bundled_model_path
 from gambit.models.settings_check import model_file_problems
+from gambit.qt.compat import give_to_qt_parents
 from gambit.storage.paths import models_dir
 from gambit.storage.settings import (
     EXACT_KERNELS_HELP,
@@ -134,6 +135,7 @@ class SettingsDialog(SettingsPages):
         layout.addWidget(self.tabs)
         layout.addWidget(self.error_label)
         layout.addWidget(self.buttons)
+        give_to_qt_parents(self)  # one owner per widget (see there)
 
         self._load(settings)
 

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from PySide6.QtCore import QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
+    QDialog,
     QListWidget,
     QListWidgetItem,
     QMessageBox,
@@ -116,3 +117,16 @@ def open_message(parent: QWidget, title: str, message: str, warning: bool = Fals
     box.setWindowModality(Qt.WindowModality.WindowModal)
     box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     box.open()  # not exec(): the window (and its event loop) carries on
+
+
+def exec_once(dialog: QDialog) -> bool:
+    """Run ``dialog`` modally, then delete it; True if it was accepted (its
+    values can still be read until the event loop runs again).
+
+    PySide's ``exec()`` hands the dialog to Python while its parent keeps it as
+    a child, and a dialog's own lambdas keep it alive: left to itself it stayed
+    until exit with two owners, where PySide deleted one of its buttons, whose
+    lambda released the dialog, which deleted that button again (SIGSEGV)."""
+    accepted = dialog.exec() == QDialog.DialogCode.Accepted
+    dialog.deleteLater()
+    return accepted

@@ -41,6 +41,7 @@ from gambit.models.derive import measure_acceptance as measure_draft
 from gambit.models.derive_advice import advise
 from gambit.models.library import LibraryEntry, ModelLibrary
 from gambit.models.pairing import drafts_through_text, estimate_pair
+from gambit.qt.compat import give_to_qt_parents
 from gambit.qt.tasks import Job, TaskOutcome, TaskThread
 from gambit.storage.settings import Settings
 from gambit.ui import theme
@@ -96,6 +97,7 @@ class ModelsDialog(QDialog):
         self.setSizeGripEnabled(True)
         self.resize(1300, 800)
         self._build()
+        give_to_qt_parents(self)  # one owner per widget (see there)
         self._connect()
         # The workers' free memory, for the split of the target (asked off the UI thread)
         self.worker_memory = WorkerMemoryProbe(settings.rpc_workers, self)
