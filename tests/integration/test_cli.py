@@ -404,6 +404,50 @@ def test_bench_regimes(tmp_path: Path, q4_1_first8: Path) -> None:
     assert "[2/2]" in proc.stderr  # progress on stderr while it runs
 
 
+def test_bench_regimes_with_pairs_of_two_networks(
+    tmp_path: Path, q4_1_first8: Path, gemma_q4_k_m: Path
+) -> None:
+    """Rows whose draft is another network: a model of another tokenizer
+    drafting through text (Gemma for SmolLM2, raw completion), and a weaker
+    draft of the same tokenizer (the draft without some of its blocks,
+    written into the bench's cache)."""
+    env = {**os.environ, "GAMBIT_HOME": str(tmp_path / "home")}
+    prompts = tmp_path / "raw.jsonl"
+    prompts.write_text(
+        json.dumps(
+            {"prompt": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n", "suite": "code"}
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    common = ["bench", "--regimes", "--target", q4_1_first8, "--targets", "Q8_0x2",
+              "--drafters", "draft", "--prompts", prompts, "--max-tokens", "8", "--threads", "2",
+              "--json"]  # fmt: skip
+    runs = {
+        "text": [*common, "--raw", "--draft", gemma_q4_k_m, "--fixed", "2"],
+        "weaker": [*common, "--draft-without", "3", "--fixed", "none"],
+    }
+    reports = {}
+    for name, args in runs.items():
+        proc = subprocess.run(
+            [sys.executable, "-m", "gambit", *map(str, args)],
+            capture_output=True, text=True, env=env, timeout=900, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        reports[name] = json.loads(proc.stdout)
+    (text,) = reports["text"]["pairs"]
+    assert reports["text"]["raw"] is True
+    assert (text["draft"], text["draft_how"]) == (gemma_q4_k_m.name, "through text")
+    # Chains only (no trees through text), the fixed γ asked for.
+    assert set(text["suites"]["ALL"]["modes"]) == {"target-only", "adaptive", "fixed=2"}
+    assert text["suites"]["ALL"]["modes"]["fixed=2"]["drafted_tokens"] > 0
+    (weaker,) = reports["weaker"]["pairs"]
+    derived = f"{q4_1_first8.stem}.without-3.gguf"
+    assert (weaker["draft"], weaker["draft_how"]) == (derived, "tokens")
+    assert (cache_dir() / "regimes" / derived).is_file()
+    assert set(weaker["suites"]["ALL"]["modes"]) == {"target-only", "adaptive"}
+
+
 def test_bench_reuse_measures_the_memory_of_earlier_chats(tmp_path: Path, smol_q4_1: Path) -> None:
     # A usual request, asked in an earlier chat and twice again: its earlier
     # replies are copied from the memory (filled with earlier turns only).

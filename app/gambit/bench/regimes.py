@@ -100,11 +100,16 @@ def parse_fixed(mode: str) -> tuple[int, int]:
     return int(gamma), int(side or 0)
 
 
-def pair_modes(target: TargetSpec, drafter: DrafterKind) -> list[str]:
-    """What a target × drafter runs: target-only, adaptive, the fixed chains,
-    and on the scaled rows trees where the drafter drafts them."""
-    gammas = FIXED_GAMMAS_SCALED if target.scaled else FIXED_GAMMAS
+def pair_modes(
+    target: TargetSpec, drafter: DrafterKind, fixed: tuple[int, ...] | None = None
+) -> list[str]:
+    """What a target × drafter runs: target-only, adaptive, the fixed chains
+    (``fixed``, default by the target's kind; () for none), and on the scaled
+    rows trees where the drafter drafts them."""
+    gammas = (FIXED_GAMMAS_SCALED if target.scaled else FIXED_GAMMAS) if fixed is None else fixed
     modes = [TARGET_ONLY, "adaptive", *(fixed_mode(g) for g in gammas)]
+    if fixed == ():
+        return modes  # (adaptive against target-only alone)
     if target.scaled and drafter in TREE_DRAFTERS:
         modes += [fixed_mode(g, w) for g, w in TREES_SCALED]
     return modes
@@ -240,6 +245,7 @@ class RegimeArgs:
     # written by the layer-skip writer into the work folder).
     draft_without: tuple[int, ...] = ()
     raw: bool = False  # plain completion (base models), not chat
+    fixed: tuple[int, ...] | None = None  # fixed γs to compare (None: by the target's kind)
 
 
 def draft_model_file(args: RegimeArgs, log: Log) -> Path:
@@ -306,7 +312,7 @@ def run_pair(
     args: RegimeArgs, target_spec: TargetSpec, target: Path, drafter: DrafterKind, log: Log
 ) -> tuple[dict[str, Cell], CostModel, PairFacts]:
     """Every prompt under every mode for one target and drafter."""
-    modes = pair_modes(target_spec, drafter)
+    modes = pair_modes(target_spec, drafter, args.fixed)
     engine = Engine(
         EngineConfig(
             target=target,
@@ -320,6 +326,8 @@ def run_pair(
             kernel_cache=args.kernel_cache,
         )
     )
+    if not engine.tree:  # (a draft through text drafts chains only)
+        modes = [m for m in modes if not m.startswith("fixed=") or parse_fixed(m)[1] == 0]
     cells: dict[str, Cell] = defaultdict(Cell)
     try:
         costs = engine.calibrate(engine.node_max + 1, context=CALIBRATION_CONTEXT)
@@ -447,6 +455,7 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
                     "costs": cost_summary(at_context),
                     "calibration": cost_summary(costs),
                     **facts.as_dict(),
+                    "source": args.source.name,
                     "suites": {s: cell_figures(c, costs) for s, c in sorted(cells.items())},
                 }
             )
@@ -489,6 +498,7 @@ def run_regimes_cli(
         draft=args.draft,
         draft_without=args.draft_without,
         raw=args.raw,
+        fixed=args.fixed,
     )
     report = run_regimes(regime_args, log)
     if args.out:

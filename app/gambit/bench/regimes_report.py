@@ -21,6 +21,15 @@ def _ratio(value: float, interval: list[float] | None, unit: str = "") -> str:
     return f"{value:.2f}{unit} ({interval[0]:.2f}-{interval[1]:.2f})"
 
 
+def drafter_label(pair: dict[str, Any]) -> str:
+    """ "draft", or with the draft model named where it is another network's:
+    "draft gemma.gguf (through text)"."""
+    draft, how = pair.get("draft"), pair.get("draft_how")
+    if not draft or (how == "tokens" and draft == pair.get("source")):
+        return str(pair["drafter"])
+    return f"{pair['drafter']} {draft}" + (" (through text)" if how == "through text" else "")
+
+
 def table_rows(report: dict[str, Any]) -> list[list[str]]:
     """One row per target × drafter × suite, the cost-scaled (realistic) rows first."""
     rows = []
@@ -44,7 +53,7 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
                     f"{pair.get('label', pair['target'])} ({pair['regime']}, t5/t1 {t5:.2f}"
                     + (f", draft {draft:.2f}" if draft else "")
                     + ")",
-                    pair["drafter"],
+                    drafter_label(pair),
                     suite,
                     f"{plain['tokens_per_s']:.1f}",
                     _ratio(adaptive["speedup"], f.get("adaptive_speedup_interval"), "x"),
@@ -116,7 +125,7 @@ def save_chart(report: dict[str, Any], path: Path) -> None:
     top = 1.0
     for p in pairs:
         f = p["suites"]["ALL"]
-        categories.append(f"{p['target']} + {p['drafter']}")
+        categories.append(f"{p['target']} + {drafter_label(p)}")
         values = (f["adaptive_speedup"], f["best_fixed_speedup"], f["bound"])
         for n, v in zip(names, values, strict=True):
             sets[n].append(v)

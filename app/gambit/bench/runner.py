@@ -143,6 +143,8 @@ class ModeTotals:
             "tokens_per_s": s.tokens_per_s,
             # prompt processing (the drafter's too) included: what a reply takes
             "end_to_end_tokens_per_s": s.n_tokens / s.elapsed_s if s.elapsed_s else 0.0,
+            "drafted_tokens": s.n_drafted,
+            "accepted_tokens": s.n_accepted,
             "acceptance_rate": s.acceptance_rate,
             "mean_accepted": s.mean_accepted,
             "tokens_per_round": s.tokens_per_round,

@@ -38,6 +38,7 @@ from gambit.engine.metrics import (
     format_rate,
     format_speedup,
 )
+from gambit.engine.policy import DEFAULT_GAMMA_MAX
 from gambit.engine.reply import GenerationConfig
 from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
@@ -206,6 +207,14 @@ def _add_regimes_args(bench: argparse.ArgumentParser) -> None:
         "--per-suite", type=int, default=4, help="prompts per suite (default 4; 0: all)"
     )
     regimes.add_argument(
+        "--fixed",
+        type=_gamma_list,
+        default=None,
+        metavar="N[,N]|none",
+        help="the fixed γs to compare with adaptive (default: 1,2,4,8, up to 16 on cost-scaled "
+        "targets; none: adaptive against target-only alone)",
+    )
+    regimes.add_argument(
         "--draft-without",
         type=_block_list,
         default=(),
@@ -229,6 +238,21 @@ def _block_list(text: str) -> tuple[int, ...]:
             f"expected block numbers such as 15 or 14,16, not {text!r}"
         )
     return blocks
+
+
+def _gamma_list(text: str) -> tuple[int, ...]:
+    """ "1,2,4" or "none" -> fixed γs (argparse type)."""
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        gammas = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        gammas = ()
+    if not gammas or min(gammas) < 1 or max(gammas) > DEFAULT_GAMMA_MAX:
+        raise argparse.ArgumentTypeError(
+            f"expected γs from 1 to {DEFAULT_GAMMA_MAX} (1,2,4) or none, not {text!r}"
+        )
+    return gammas
 
 
 def chosen_drafter(args: argparse.Namespace) -> DrafterSpec:
