@@ -20,7 +20,16 @@ from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings_dialog import SettingsDialog
 
 MENUS = {
-    "fileMenu": ("File", ["newChatAction", "quitAction"]),
+    "fileMenu": (
+        "File",
+        [
+            "newChatAction",
+            "importChatsAction",
+            "exportChatMenuAction",
+            "exportAllMenuAction",
+            "quitAction",
+        ],
+    ),
     "editMenu": ("Edit", ["copyAction", "selectAllAction", "findAction"]),
     "viewMenu": ("View", ["statisticsAction", "sidebarAction"]),
     "toolsMenu": (
@@ -31,6 +40,7 @@ MENUS = {
 }
 SHORTCUTS = {
     "newChatAction": "Ctrl+N",
+    "importChatsAction": "Ctrl+O",
     "quitAction": "Ctrl+Q",
     "findAction": "Ctrl+F",
     "settingsAction": "Ctrl+,",
