@@ -28,7 +28,9 @@ def window(qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     with ConversationStore(tmp_path / "conversations.sqlite3") as store:
         older = store.create("Older chat")
         store.add_message(older, "user", "Old question")
-        store.add_message(older, "assistant", "Old answer", stats={"stop": "eos", "tokens": 2})
+        store.add_message(
+            older, "assistant", "Old answer", stats={"stop": "end of text", "tokens": 2}
+        )
         recent = store.create("Recent chat: café")
         store.add_message(recent, "user", "What is a monad?")
         store.add_message(recent, "assistant", "A monoid in the category of endofunctors.")

@@ -15,7 +15,7 @@ from typing import Any
 from gambit.storage.conversations import ConversationStore
 
 STATS = {
-    "stop": "eos", "tokens": 12, "tokens_per_s": 80.5, "speculation": True,
+    "stop": "end of text", "tokens": 12, "tokens_per_s": 80.5, "speculation": True,
     "drafted_tokens": 8, "accepted_tokens": 6, "speedup": 1.25, "drafted": [1, 4, 7],
 }  # fmt: skip
 

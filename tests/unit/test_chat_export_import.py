@@ -36,7 +36,7 @@ from gambit.storage.history_memory import HistoryMemory, Tokenizer
 
 # A reply's figures as the window stores them (gambit.ui.reply_record.stats_dict).
 REPLY_STATS: dict[str, Any] = {
-    "stop": "eos",
+    "stop": "end of text",
     "error": None,
     "tokens": 42,
     "tokens_per_s": 95.25,
