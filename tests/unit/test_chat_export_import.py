@@ -23,6 +23,7 @@ from gambit.storage.chat_export import (
     to_markdown,
 )
 from gambit.storage.chat_file import (
+    MAX_CONVERSATION_CHARS,
     MAX_CONVERSATIONS,
     MAX_DEPTH,
     MAX_FILE_BYTES,
@@ -328,6 +329,11 @@ HOSTILE: dict[str, tuple[Any, str]] = {
                                f"conversations[0].title is longer than {MAX_TITLE_CHARS:,}"),
     "a message past the limit": ({"messages": [_message(content="x" * (MAX_TEXT_CHARS + 1))]},
                                  f"messages[0].content is longer than {MAX_TEXT_CHARS:,}"),
+    "a conversation past the limit": (
+        _gambit([_message(content="x" * MAX_TEXT_CHARS)] * (MAX_CONVERSATION_CHARS // MAX_TEXT_CHARS
+                                                            + 1)),
+        f"conversations[0] holds {MAX_CONVERSATION_CHARS + MAX_TEXT_CHARS:,} characters of text, "
+        f"more than the {MAX_CONVERSATION_CHARS:,}"),
     "too many messages": (_gambit([_message()] * (MAX_MESSAGES + 1)),
                           f"it holds more than {MAX_MESSAGES:,} messages"),
     "too many conversations": ([{"messages": [_message()]}] * (MAX_CONVERSATIONS + 1),
@@ -406,3 +412,15 @@ def test_lookup_memory_sees_imported_conversations_as_new_ones(
     match = index.match(list(b"Use pathlib.Path.read"))
     assert match is not None
     assert bytes(index.continuation(match.start, 100)).decode().startswith("_text and json")
+
+
+def test_figures_from_a_file_read_as_the_footer_reads_them(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    """Figures with only some keys (another version, a hand edit) import, and
+    the footer the window and Markdown show is drawn from what is there."""
+    stats = {"speculation": True, "drafted_tokens": 5, "extra": {"kept": [1, 2]}}
+    path = _write(tmp_path, _gambit([{"role": "assistant", "content": "ok", "stats": stats}]))
+    (conv_id,) = import_chat_file(store, path).ids
+    assert store.messages(conv_id)[0].stats == stats
+    assert "*accepted 0/5 (0%)*" in to_markdown(read_conversations(store, [conv_id]))

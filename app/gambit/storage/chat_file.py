@@ -10,6 +10,7 @@ of them the file is refused, with the reason, rather than imported in part.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -20,7 +21,11 @@ from gambit.words import counted
 MAX_FILE_BYTES = 64 * 1024 * 1024  # 64 MiB
 MAX_CONVERSATIONS = 10_000
 MAX_MESSAGES = 100_000  # in the whole file
-MAX_TEXT_CHARS = 4_000_000  # one message: far more than any context Gambit runs can hold
+# One message: more than the largest context Gambit runs (131,072 tokens) can
+# hold at 7 characters a token. A conversation: what the window renders when
+# the import opens it, in ~3 s on a slow machine (the chat view is linear).
+MAX_TEXT_CHARS = 1_000_000
+MAX_CONVERSATION_CHARS = 4_000_000
 MAX_TITLE_CHARS = 1_000
 MAX_DEPTH = 32  # JSON arrays and objects inside one another
 # A file's times may run ahead of this machine's clock by this much (another
@@ -115,6 +120,15 @@ def check_conversations(n: int) -> None:
         refuse(
             f"it holds {n:,} conversations, more than the {MAX_CONVERSATIONS:,} Gambit "
             "imports from one file"
+        )
+
+
+def check_conversation_text(messages: Sequence[StoredMessage], where: str) -> None:
+    total = sum(len(m.content) for m in messages)
+    if total > MAX_CONVERSATION_CHARS:
+        refuse(
+            f"{where} holds {total:,} characters of text, more than the "
+            f"{MAX_CONVERSATION_CHARS:,} Gambit imports in one conversation"
         )
 
 

@@ -30,6 +30,7 @@ from gambit.storage.chat_file import (
     Conversation,
     MessageCount,
     RefusedError,
+    check_conversation_text,
     check_conversations,
     list_value,
     refuse,
@@ -216,6 +217,7 @@ def _gambit_conversation(item: object, where: str, count: MessageCount, now: flo
     messages = tuple(
         _gambit_message(m, f"{where}.messages[{j}]", created, now) for j, m in enumerate(items)
     )
+    check_conversation_text(messages, where)
     return ConversationSummary(0, title, created, updated, len(messages), ""), messages
 
 

@@ -26,6 +26,7 @@ from gambit.storage.chat_file import (
     ChatFile,
     Conversation,
     MessageCount,
+    check_conversation_text,
     check_conversations,
     list_value,
     refuse,
@@ -88,6 +89,7 @@ def _conversation(
             messages.append(message)
     if not messages:
         refuse(f"{prefix}messages holds no message with text")
+    check_conversation_text(messages, prefix.rstrip(": .") or "it")
     title = _title(item, prefix, messages)
     return ConversationSummary(0, title, at, at, len(messages), ""), tuple(messages)
 

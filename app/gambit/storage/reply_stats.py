@@ -46,7 +46,8 @@ def reply_footer(stats: Mapping[str, Any] | None) -> str:
     if stats.get("tokens_per_s"):
         parts.append(format_rate(float(stats["tokens_per_s"])))
     if stats.get("speculation") and stats.get("drafted_tokens"):
-        accepted, drafted = int(stats["accepted_tokens"]), int(stats["drafted_tokens"])
+        # (absent from a record another version or a hand edit wrote: none)
+        accepted, drafted = int(stats.get("accepted_tokens", 0)), int(stats["drafted_tokens"])
         parts.append(format_accepted(accepted, drafted, _by_drafter(stats)))
     if stats.get("speedup") is not None and stats.get("drafted_tokens"):
         parts.append(f"{format_speedup(float(stats['speedup']))} vs plain")
