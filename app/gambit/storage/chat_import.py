@@ -113,10 +113,12 @@ def parse_chat_file(data: bytes, now: float | None = None) -> ChatFile:
         if _too_deep(document):
             refuse(f"{where or 'its JSON'} is nested more than {MAX_DEPTH} levels deep")
     first = documents[0][1]
-    if len(documents) == 1 and isinstance(first, dict) and "format" in first:
-        if first["format"] != FORMAT_NAME:
+    if len(documents) == 1 and isinstance(first, dict):
+        if first.get("format") == FORMAT_NAME:
+            return ChatFile("a Gambit export", _gambit_conversations(first, now))
+        # (a request with "messages" may have a "format" of its own: Ollama's)
+        if "format" in first and "messages" not in first:
             refuse(f'its format is {shown(first["format"])}, not "{FORMAT_NAME}"')
-        return ChatFile("a Gambit export", _gambit_conversations(first, now))
     return read_openai(documents, now)
 
 
