@@ -21,7 +21,16 @@ from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings_dialog import SettingsDialog
 
 MENUS = {
-    "fileMenu": ("File", ["newChatAction", "quitAction"]),
+    "fileMenu": (
+        "File",
+        [
+            "newChatAction",
+            "importChatsAction",
+            "exportChatMenuAction",
+            "exportAllMenuAction",
+            "quitAction",
+        ],
+    ),
     "editMenu": ("Edit", ["copyAction", "selectAllAction", "findAction"]),
     "viewMenu": ("View", ["statisticsAction", "sidebarAction"]),
     "toolsMenu": (
@@ -32,6 +41,7 @@ MENUS = {
 }
 SHORTCUTS = {
     "newChatAction": "Ctrl+N",
+    "importChatsAction": "Ctrl+O",
     "quitAction": "Ctrl+Q",
     "findAction": "Ctrl+F",
     "settingsAction": "Ctrl+,",

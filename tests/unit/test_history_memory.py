@@ -222,3 +222,20 @@ def test_a_long_history_is_read_in_slices_and_joins_whole_oldest_first(
     assert list(index.documents()) == ids[:5]  # oldest first; the deleted ones never joined
     assert follows(index, "note 04: ").startswith("words")
     assert follows(index, "note 07: ") == ""
+
+
+def test_a_message_holding_a_nul_character_is_read_once(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    """SQLite's length() of text stops at a NUL character (one can come in an
+    imported file): the memory compares byte lengths, so such a message is not
+    taken for an edited one, dropped and tokenized again at every sync."""
+    memory = HistoryMemory(store.path, tmp_path / "memory")
+    conv = store.create()
+    store.add_message(conv, "user", "a NUL \x00 inside, then the rest of the line")
+    memory.index(BYTES)
+    assert memory.last_sync.added == 1
+    store.add_message(conv, "assistant", "noted")
+    index = memory.index(BYTES)
+    assert (memory.last_sync.added, memory.last_sync.removed) == (1, 0)
+    assert follows(index, "inside, then") == " the rest of the line"

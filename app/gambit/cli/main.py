@@ -21,6 +21,7 @@ from gambit.bench import (
     run_reuse_cli,
     run_served_bench,
 )
+from gambit.cli.chats import add_chats_parser, run_chats
 from gambit.cli.models import add_models_parser, run_models
 from gambit.cli.serve import add_serve_args, serve
 from gambit.cli.setting_flags import add_setting_flags, dest, settings_from_args
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate_parser(sub)
     _add_bench_parser(sub)
     add_models_parser(sub)
+    add_chats_parser(sub)
     serve = sub.add_parser(
         "serve", help="serve the models over an OpenAI-compatible API (docs: README)"
     )
@@ -530,6 +532,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_bench(args)
         if args.command == "models":
             return run_models(args)
+        if args.command == "chats":
+            return run_chats(args)
         if args.command == "serve":
             return cmd_serve(args)
     except OperationCancelledError as exc:  # a layer-skip search stopped by Ctrl-C

@@ -125,6 +125,12 @@ def default_store_path() -> Path:
     return paths.data_dir() / "conversations.sqlite3"
 
 
+def title_from(text: str) -> str:
+    """A conversation's title from its first message: one line, at most 48 characters."""
+    words = " ".join(text.split())
+    return words if len(words) <= 48 else words[:47].rstrip() + "…"
+
+
 def _contains(text: str | None, needle: str | None) -> bool:
     # Search in Python rather than with LIKE: SQLite's LIKE folds case for
     # ASCII only ("Привет" would not find "привет"), and a plain substring

@@ -179,10 +179,16 @@ class HistoryMemory:
             conn.close()
 
 
+# A message's length as the memory compares it: its UTF-8 bytes. (SQLite's
+# length() of text counts characters up to the first NUL character, which an
+# imported message may hold: such a message would look edited at every sync.)
+_LENGTH = "length(CAST(content AS BLOB))"
+
+
 def _signature(conn: sqlite3.Connection) -> tuple[int, int, int]:
     """Changes when messages are added, removed or rewritten (to another length)."""
     count, last, total = conn.execute(
-        "SELECT count(*), coalesce(max(id), 0), coalesce(sum(length(content)), 0)"
+        f"SELECT count(*), coalesce(max(id), 0), coalesce(sum({_LENGTH}), 0)"
         " FROM messages WHERE content != ''"
     ).fetchone()
     return int(count), int(last), int(total)
@@ -200,7 +206,7 @@ def _sync(
     together, oldest first, once all are read (or the index would be full).
     Returns (added, removed, whether the index is whole)."""
     stored = dict(
-        conn.execute("SELECT id, length(content) FROM messages WHERE content != '' ORDER BY id")
+        conn.execute(f"SELECT id, {_LENGTH} FROM messages WHERE content != '' ORDER BY id")
     )
     known = index.documents()
     changed = [i for i, length in known.items() if stored.get(i) != length]
@@ -228,7 +234,7 @@ def _sync(
         )
         for i, text in rows:
             tokens = np.asarray(tokenizer.tokenize(text), np.int32)
-            backlog.append((i, tokens, len(text)))
+            backlog.append((i, tokens, len(text.encode("utf-8"))))
             room -= len(tokens) + 1
             if room <= 0:
                 full = True

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from PySide6.QtCore import QUrl, Slot
 from PySide6.QtGui import (
@@ -31,8 +31,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
-from gambit.engine.metrics import format_accepted, format_rate, format_speedup
 from gambit.engine.pacing import StreamPacer
+from gambit.storage.reply_stats import reply_footer as reply_footer  # (re-exported)
 from gambit.ui import markdown
 
 log = logging.getLogger(__name__)
@@ -47,49 +47,6 @@ class ChatMessage:
     text: str
     drafted: list[bool] = field(default_factory=list)
     footer: str = ""  # reply_footer(): "128 tokens · 95.0 tok/s · … · 1.42× vs plain"
-
-
-def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
-    """The stored accepted tokens by drafter; entries that are not a name and
-    a count (an edited or damaged record) are left out."""
-    stored = stats.get("accepted_by_drafter")
-    if not isinstance(stored, dict):
-        return {}
-    return {
-        str(name): n
-        for name, n in stored.items()
-        if isinstance(n, int) and not isinstance(n, bool) and n >= 0
-    }
-
-
-def reply_footer(stats: Mapping[str, Any] | None) -> str:
-    """The line under a reply, from the figures stored with it (``"tokens"``,
-    ``"tokens_per_s"``, ``"speedup"``, ...: see ``MainWindow``), formatted as
-    the statistics panel and the CLI format them (``gambit.engine.metrics``).
-
-    A speedup shows only where one was stored: a reply that drafted nothing
-    has none, and replies saved before it was stored are not guessed at.
-    """
-    if not stats:
-        return ""
-    parts = []
-    if stats.get("tokens") is not None:
-        parts.append(f"{stats['tokens']} tokens")
-    if stats.get("tokens_per_s"):
-        parts.append(format_rate(float(stats["tokens_per_s"])))
-    if stats.get("speculation") and stats.get("drafted_tokens"):
-        accepted, drafted = int(stats["accepted_tokens"]), int(stats["drafted_tokens"])
-        parts.append(format_accepted(accepted, drafted, _by_drafter(stats)))
-    if stats.get("speedup") is not None and stats.get("drafted_tokens"):
-        parts.append(f"{format_speedup(float(stats['speedup']))} vs plain")
-    if stats.get("busy") and stats.get("tokens"):
-        parts.append("timed while the machine was busy")
-    stop = stats.get("stop")
-    if stop in ("cancelled", "window closed", "interrupted"):
-        parts.append("stopped" if stop == "cancelled" else "interrupted")
-    if stats.get("error"):
-        parts.append(f"error: {stats['error']}")
-    return " · ".join(parts)
 
 
 class ChatView(QTextBrowser):

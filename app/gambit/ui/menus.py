@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import threading
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QObject, Qt, QUrl, Signal, Slot
@@ -18,14 +19,22 @@ from PySide6.QtWidgets import QApplication, QDockWidget, QMessageBox, QWidget
 
 from gambit import __version__
 from gambit.qt.worker import EngineInfo, EngineWorker
+from gambit.storage.chat_export import ExportFormat
 from gambit.storage.paths import log_dir
 from gambit.storage.settings import Settings
+from gambit.ui.chat_files import ChatFiles
 from gambit.ui.window_layout import WindowPanes
 
 if TYPE_CHECKING:
     from gambit.qt.served import LocalService  # (the web stack loads only when served)
     from gambit.ui.measure_dialog import MeasureDialog
     from gambit.ui.server_dialog import ServerDialog
+
+# File → Export ▸ entries: (format, its name, what it is for)
+_EXPORT_KINDS: tuple[tuple[ExportFormat, str, str], ...] = (
+    ("md", "Markdown", "to read"),
+    ("json", "JSON", "to import back"),
+)
 
 # Keys of about_lines() that the About box shows; the rest go to its details.
 ABOUT_KEYS = ("llama-cpp-python", "backend", "gpu offload", "kernels")
@@ -70,6 +79,7 @@ class MenuWindow(Protocol):
     the menus need not import the window that builds them.)"""
 
     local_service: LocalService | None  # made by Tools → Local server, once
+    conversation_id: int | None  # the conversation open in the chat
 
     @property
     def settings(self) -> Settings: ...
@@ -124,6 +134,7 @@ class MenuBar(QObject):
         )  # fmt: skip
         self.new_chat.triggered.connect(h.new_conversation)
         w.new_button.setToolTip(self.new_chat.toolTip())
+        self._build_chat_file_actions()
         self.quit = self._action(
             "&Quit", "quitAction", "Close Gambit",
             standard_keys(QKeySequence.StandardKey.Quit, "Ctrl+Q"),
@@ -192,6 +203,27 @@ class MenuBar(QObject):
         self.open_logs = self._action("Open &log folder", "openLogsAction", f"Open {log_dir()}", [])
         self.open_logs.triggered.connect(self._on_open_logs)
 
+    def _build_chat_file_actions(self) -> None:
+        """File → Import chats…, Export chat ▸, Export all chats ▸ (docs/export.md)."""
+        self.chat_files = files = ChatFiles(self.window, self.host)
+        self.import_chats = self._action(
+            "&Import chats…", "importChatsAction",
+            "Add the conversations of a JSON file: a Gambit export, or OpenAI-style messages",
+            standard_keys(QKeySequence.StandardKey.Open, "Ctrl+O"),
+        )  # fmt: skip
+        self.import_chats.triggered.connect(files.ask_import)
+        # (menu, format) -> its action: "exportChatMarkdownAction", "exportAllJsonAction", ...
+        self.exports: dict[tuple[str, ExportFormat], QAction] = {}
+        for everything, scope, whose in ((False, "Chat", "this conversation"),
+                                         (True, "All", "all conversations")):  # fmt: skip
+            for fmt, kind, use in _EXPORT_KINDS:
+                action = self._action(
+                    f"&{kind}…", f"export{scope}{kind.title()}Action",
+                    f"Save {whose} as {kind}, {use}", [],
+                )  # fmt: skip
+                action.triggered.connect(partial(files.ask_export, fmt, everything))
+                self.exports[scope, fmt] = action
+
     def _build_menus(self) -> None:
         w, h = self.window, self.host
         bar = w.menuBar()
@@ -205,9 +237,18 @@ class MenuBar(QObject):
             menu.setObjectName(name)
             menu.setToolTipsVisible(True)
             menus[name] = menu
-        menus["fileMenu"].addAction(self.new_chat)
-        menus["fileMenu"].addSeparator()
-        menus["fileMenu"].addAction(self.quit)
+        file = menus["fileMenu"]
+        file.addAction(self.new_chat)
+        file.addSeparator()
+        file.addAction(self.import_chats)
+        for scope, title in (("Chat", "&Export chat"), ("All", "Export &all chats")):
+            sub = file.addMenu(title)
+            sub.setObjectName(f"export{scope}Menu")
+            sub.menuAction().setObjectName(f"export{scope}MenuAction")
+            sub.setToolTipsVisible(True)
+            sub.addActions([self.exports[scope, "md"], self.exports[scope, "json"]])
+        file.addSeparator()
+        file.addAction(self.quit)
         menus["editMenu"].addActions([self.copy, self.select_all])
         menus["editMenu"].addSeparator()
         menus["editMenu"].addAction(self.find)

@@ -11,14 +11,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from gambit.qt.worker import ReplyResult
+from gambit.storage.conversations import title_from as title_from  # (re-exported)
 from gambit.storage.rows import StoredMessage
 from gambit.ui.chat_view import ChatMessage, reply_footer
-
-
-def title_from(text: str) -> str:
-    """A conversation's title from its first message: one line, at most 48 characters."""
-    words = " ".join(text.split())
-    return words if len(words) <= 48 else words[:47].rstrip() + "…"
 
 
 def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:

@@ -1,0 +1,116 @@
+"""The figures stored with a reply, as they read and as their readers rely on them.
+
+The window stores a dict of figures with each assistant message
+(``gambit.ui.reply_record.stats_dict``) and reads it back as the line under the
+reply (``reply_footer``), also written into Markdown exports. A file imported
+from elsewhere may hold any JSON there, so ``stats_problem`` says whether a
+dict has the types these readers assume: keys they know must have them,
+others are kept as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gambit.engine.metrics import format_accepted, format_rate, format_speedup
+
+
+def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
+    """The stored accepted tokens by drafter; entries that are not a name and
+    a count (an edited or damaged record) are left out."""
+    stored = stats.get("accepted_by_drafter")
+    if not isinstance(stored, dict):
+        return {}
+    return {
+        str(name): n
+        for name, n in stored.items()
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0
+    }
+
+
+def reply_footer(stats: Mapping[str, Any] | None) -> str:
+    """The line under a reply, from the figures stored with it (``"tokens"``,
+    ``"tokens_per_s"``, ``"speedup"``, ...: see ``MainWindow``), formatted as
+    the statistics panel and the CLI format them (``gambit.engine.metrics``).
+
+    A speedup shows only where one was stored: a reply that drafted nothing
+    has none, and replies saved before it was stored are not guessed at.
+    """
+    if not stats:
+        return ""
+    parts = []
+    if stats.get("tokens") is not None:
+        parts.append(f"{stats['tokens']} tokens")
+    if stats.get("tokens_per_s"):
+        parts.append(format_rate(float(stats["tokens_per_s"])))
+    if stats.get("speculation") and stats.get("drafted_tokens"):
+        # (absent from a record another version or a hand edit wrote: none)
+        accepted, drafted = int(stats.get("accepted_tokens", 0)), int(stats["drafted_tokens"])
+        parts.append(format_accepted(accepted, drafted, _by_drafter(stats)))
+    if stats.get("speedup") is not None and stats.get("drafted_tokens"):
+        parts.append(f"{format_speedup(float(stats['speedup']))} vs plain")
+    if stats.get("busy") and stats.get("tokens"):
+        parts.append("timed while the machine was busy")
+    stop = stats.get("stop")
+    if stop in ("cancelled", "window closed", "interrupted"):
+        parts.append("stopped" if stop == "cancelled" else "interrupted")
+    if stats.get("error"):
+        parts.append(f"error: {stats['error']}")
+    return " · ".join(parts)
+
+
+# ------------------------------------------------------------ checking a record
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def _counts(value: object) -> bool:
+    return isinstance(value, list) and all(_count(n) for n in value)
+
+
+def _or_null(check: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda value: value is None or check(value)
+
+
+# What each known key must hold, in words and as a check: the readers above,
+# and the drafted-text highlight (``gambit.ui.reply_record.expand``, which
+# expands "drafted" run lengths into one flag per character).
+STATS_KEYS: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "stop": ("text", lambda v: isinstance(v, str)),
+    "error": ("text or null", _or_null(lambda v: isinstance(v, str))),
+    "tokens": ("a whole number of 0 or more, or null", _or_null(_count)),
+    "drafted_tokens": ("a whole number of 0 or more", _count),
+    "accepted_tokens": ("a whole number of 0 or more", _count),
+    "accepted_by_drafter": ("an object", lambda v: isinstance(v, dict)),
+    "speculation": ("true or false", lambda v: isinstance(v, bool)),
+    "busy": ("text or null", _or_null(lambda v: isinstance(v, str))),
+    "drafted": ("a list of whole numbers of 0 or more", _counts),
+    "tokens_per_s": ("a number or null", _or_null(_number)),
+    "baseline_tokens_per_s": ("a number or null", _or_null(_number)),
+    "speedup": ("a number or null", _or_null(_number)),
+    "acceptance_rate": ("a number or null", _or_null(_number)),
+    "ttft_ms": ("a number or null", _or_null(_number)),
+    "p99_ms": ("a number or null", _or_null(_number)),
+}
+
+
+def stats_problem(stats: Mapping[str, Any], max_drafted: int) -> str | None:
+    """What is wrong with ``stats`` for its readers ("tokens must be ..."), or
+    None. ``max_drafted``: the most characters the "drafted" runs may cover."""
+    for key, (words, check) in STATS_KEYS.items():
+        if key in stats and not check(stats[key]):
+            return f"{key} must be {words}"
+    if sum(stats.get("drafted", ())) > max_drafted:
+        return f"drafted covers more than {max_drafted:,} characters"
+    return None
