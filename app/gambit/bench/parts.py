@@ -69,10 +69,13 @@ def time_parts(
     context: list[int],
     batch_sizes: tuple[int, ...],
     repeats: int = REPEATS,
+    draft_context: list[int] | None = None,
 ) -> PartTimes:
     """Time one draft step and target batches of ``batch_sizes`` tokens on top
     of ``context`` (which must hold at least max(batch_sizes) + 1 tokens);
-    leaves both caches holding ``context`` minus its last token."""
+    leaves both caches holding ``context`` minus its last token.
+    ``draft_context``: the same text in the draft's own tokens, for a draft of
+    another vocabulary (None: ``context``)."""
     parts = PartTimes()
     head = context[:-1]
     target.sync(head)
@@ -87,13 +90,14 @@ def time_parts(
             target.truncate(len(head))
         parts.target[len(batch)].append(statistics.median(samples))
     if draft is not None:
-        draft.sync(head)
+        own = context if draft_context is None else draft_context
+        draft.sync(own[:-1])
         samples = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            draft.decode(context[-1:])
+            draft.decode(own[-1:])
             draft.logits(-1)
             samples.append(time.perf_counter() - t0)
-            draft.truncate(len(head))
+            draft.truncate(len(own) - 1)
         parts.draft.append(statistics.median(samples))
     return parts

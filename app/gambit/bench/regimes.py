@@ -408,7 +408,12 @@ def _time_parts_mid_reply(engine: Engine, reply: list[int], gamma: int) -> PartT
     """The parts of a γ round, timed alone half-way through the reply just made."""
     context = engine.context
     middle = context[: len(context) - len(reply) // 2]
-    return time_parts(engine.target, engine.draft_runtime, middle, (1, gamma + 1))
+    draft = engine.draft_runtime
+    own = None
+    if draft is not None and engine.drafts_through_text:
+        # (the draft reads the same text in its own tokens; its begin-of-text too)
+        own = draft.tokenize(engine.target.detokenize(middle), parse_special=False)
+    return time_parts(engine.target, draft, middle, (1, gamma + 1), draft_context=own)
 
 
 def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
