@@ -98,8 +98,13 @@ def rt_q4_1_first8(q4_1_first8: Path) -> Iterator[ModelRuntime]:
 
 
 @pytest.fixture(scope="session")
-def rt_q4_1_first4(smol_q4_1: Path) -> Iterator[ModelRuntime]:
-    with ModelRuntime(_first_blocks(smol_q4_1, 4), TEST_OPTIONS) as rt:
+def q4_1_first4(smol_q4_1: Path) -> Path:
+    return _first_blocks(smol_q4_1, 4)
+
+
+@pytest.fixture(scope="session")
+def rt_q4_1_first4(q4_1_first4: Path) -> Iterator[ModelRuntime]:
+    with ModelRuntime(q4_1_first4, TEST_OPTIONS) as rt:
         yield rt
 
 

@@ -34,6 +34,7 @@ from pytestqt.qtbot import QtBot
 
 from gambit.bench import MeasureProgress
 from gambit.engine.target_host import HostedRuntime
+from gambit.models.library import ModelLibrary
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.measurements import measurements_dir
 from gambit.storage.settings import Settings, SettingsStore
@@ -319,6 +320,53 @@ def test_cancel_mid_run_then_a_second_run_is_listed_first(
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.generating, timeout=MEASURE_TIMEOUT_MS)
     assert window.chat.messages[-1].role == "assistant" and window.chat.messages[-1].text
+
+
+def test_a_draft_of_the_library_is_measured_and_recommended_only_beyond_its_noise(
+    qtbot: QtBot,
+    window: MainWindow,
+    q4_1_first4: Path,
+    q4_1_first8: Path,
+    smol_q8_0: Path,
+) -> None:
+    """Issue 34: the library's models much cheaper than the target are offered
+    as drafts to measure (the chosen draft and bigger files are not), one is
+    replayed next to the target on the chats, and Apply takes its file."""
+    library = ModelLibrary()  # (under GAMBIT_HOME: this test's own)
+    for path in (q4_1_first4, q4_1_first8, smol_q8_0):
+        library.import_file(path)
+    dialog = open_dialog(qtbot, window)
+    offered = {str(p): box for p, box in dialog.candidate_boxes.items()}
+    assert list(offered) == [str(q4_1_first4)]  # not the chosen draft, not the full model
+    box = offered[str(q4_1_first4)]
+    assert not box.isChecked() and "through text" not in box.text()  # same tokenizer
+    for drafter in dialog.drafter_boxes.values():
+        drafter.setChecked(False)
+    assert not dialog.start_button.isEnabled()  # nothing to compare
+    box.setChecked(True)
+    assert dialog.start_button.isEnabled()
+    bar = dialog.findChild(QProgressBar, "measureProgress")
+    assert isinstance(bar, QProgressBar) and bar.text() == "0 of 12 replays"  # 4 x (1 + 2)
+
+    run(qtbot, dialog)
+    outcome = dialog.last_outcome
+    assert outcome is not None and outcome.error is None and outcome.report is not None
+    report = outcome.report
+    (candidate,) = [m for m in report["modes"] if m.get("draft")]
+    assert candidate["draft"] == str(q4_1_first4) and candidate["policy"] == "adaptive"
+    assert [m["name"] for m in report["modes"]] == ["target-only", candidate["name"]]
+    assert report["identical_outputs"] == "4/4"  # lossless with the candidate too
+    rec = report["recommendation"]
+    # (None: none of its drafts landed, it claims nothing)
+    gain = float(report["suites"]["ALL"][candidate["name"]]["speedup"] or 1.0) - 1.0
+    # A gain within its noise is never recommended (issue 34).
+    if rec["apply"] is not False and not rec["off"]:
+        assert rec["draft_model"] == str(q4_1_first4)
+        assert gain > float(report["noise"])
+        qtbot.mouseClick(dialog.results.apply_button, Qt.MouseButton.LeftButton)
+        assert window.settings_store.load().draft_model == str(q4_1_first4)
+    else:
+        assert window.settings_store.load().draft_model == str(q4_1_first8)
 
 
 def test_cancel_stops_the_measurement_at_its_next_replay(

@@ -49,6 +49,9 @@ class MeasureRequest:
     system_prompt: str = ""
     save_to: Path | None = None  # folder; None: the data folder's measurements
     app_settings: dict[str, Any] | None = None  # the window's settings, kept with the report
+    # Draft model files of the library to compare too, each loaded next to the
+    # target for its replays (adaptive policy)
+    drafts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def measure_history(
     turns = read_turns(
         request.db_path, request.last, request.conversation_ids, request.system_prompt
     )
-    configs, notes = plan(engine, request.drafters, request.policies, request.trees)
+    configs, notes = plan(engine, request.drafters, request.policies, request.trees, request.drafts)
     report = run_measurement(
         engine,
         turns,

@@ -60,6 +60,15 @@ def bundled_model_path() -> Path | None:
     return None
 
 
+def default_model_file() -> Path | None:
+    """The embedded default model's file, if it is on disk (it is fetched on first start)."""
+    bundled = bundled_model_path()
+    if bundled is not None:
+        return bundled
+    candidate = models_dir() / DEFAULT_MODEL_FILE
+    return candidate if candidate.is_file() else None
+
+
 def default_model_path(folder: Path | None = None, progress: Progress | None = None) -> Path:
     """Path of the default model, provisioning it first if needed."""
     if folder is None and (bundled := bundled_model_path()) is not None:

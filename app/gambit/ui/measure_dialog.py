@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,11 @@ from gambit.bench import (
 )
 from gambit.engine.drafters.registry import DRAFTING, spec
 from gambit.errors import GambitError
+from gambit.formats.gguf_info import inspect_model
+from gambit.models.default_model import default_model_file
+from gambit.models.library import ModelLibrary
+from gambit.models.memory import format_size
+from gambit.models.pairing import drafts_through_text
 from gambit.qt.compat import give_to_qt_parents
 from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage import measurements
@@ -67,6 +72,41 @@ DEFAULT_REPLY_TOKENS = 96
 
 
 @dataclass(frozen=True)
+class CandidateDraft:
+    """A model of the library that could draft for the target, to measure."""
+
+    path: Path
+    label: str  # "SmolLM2-135M-Instruct Q4_1, 98 MB · through text"
+
+
+def library_drafts(settings: Settings, library: ModelLibrary | None = None) -> list[CandidateDraft]:
+    """The library's models much cheaper than the settings' target that can
+    draft for it (other tokenizers through text), the chosen draft left out:
+    Measure compares those it loads already."""
+    target = settings.target_path() or default_model_file()
+    if target is None:
+        return []
+    try:
+        target_info = inspect_model(target)
+        found = (library or ModelLibrary()).drafts_for(target_info)
+    except (GambitError, OSError):
+        return []  # (the Models dialog says what is wrong with a library or a file)
+    chosen = settings.draft_path()
+    out = []
+    for info in found:
+        if chosen is not None and info.path.resolve() == chosen.resolve():
+            continue
+        how = " · through text" if drafts_through_text(target_info, info) else ""
+        size = format_size(info.file_size)
+        out.append(CandidateDraft(info.path, f"{info.name} {info.quantization}, {size}{how}"))
+    return out
+
+
+def _no_drafts() -> list[CandidateDraft]:
+    return []
+
+
+@dataclass(frozen=True)
 class MeasureHost:
     """What the dialog needs from the window, and nothing more."""
 
@@ -77,6 +117,8 @@ class MeasureHost:
     engine_info: Callable[[], EngineInfo | None]
     busy: Callable[[], bool]  # a reply is being generated
     measurements_dir: Path | None = None  # None: the data folder's
+    # The library's models that could draft for the target (``library_drafts``)
+    drafts: Callable[[], list[CandidateDraft]] = field(default=_no_drafts)
 
 
 def time_left(seconds: float | None) -> str:
@@ -136,6 +178,7 @@ class MeasureDialog(QDialog):
         col.setContentsMargins(0, 0, 6, 0)
         col.addWidget(self._build_chats(), 2)
         col.addWidget(self._build_compare())
+        col.addWidget(self._build_candidates())
         self._build_run(col)
         col.addWidget(self._build_earlier(), 2)
         splitter.addWidget(left)
@@ -204,6 +247,20 @@ class MeasureDialog(QDialog):
         grid.addLayout(drafters_col)
         grid.addLayout(policies_col)
         return compare
+
+    def _build_candidates(self) -> QGroupBox:
+        """The library's other possible drafts, each measured under the adaptive
+        policy when ticked (loaded next to the target for its replays)."""
+        self.candidates_group = group = QGroupBox("Other drafts from the library")
+        group.setObjectName("candidateDrafts")
+        self.candidates_col = QVBoxLayout(group)
+        self.candidate_boxes: dict[Path, QCheckBox] = {}
+        self.no_candidates = theme.muted_label(
+            "No other model of the library is much cheaper than the target: add one in "
+            "Models to measure it as a draft."
+        )
+        self.candidates_col.addWidget(self.no_candidates)
+        return group
 
     def _build_run(self, col: QVBoxLayout) -> None:
         """Reply length, Measure and Cancel, the progress bar, status and time left."""
@@ -310,7 +367,31 @@ class MeasureDialog(QDialog):
             if trees
             else "Switch on Settings → Speculation → Tree drafts to compare trees"
         )
+        self._refresh_candidates()
         self._on_choice_changed()
+
+    def _refresh_candidates(self) -> None:
+        """One box per candidate draft, unticked (each costs a load and its
+        replays); a box the user ticked stays ticked while its model is offered."""
+        ticked = {p for p, b in self.candidate_boxes.items() if b.isChecked()}
+        for box in self.candidate_boxes.values():
+            self.candidates_col.removeWidget(box)
+            box.deleteLater()
+        self.candidate_boxes = {}
+        candidates = self.host.drafts()
+        for i, cand in enumerate(candidates):
+            box = QCheckBox(cand.label)
+            box.setObjectName(f"candidateDraft{i}")
+            box.setToolTip(str(cand.path))
+            box.setChecked(cand.path in ticked)
+            box.toggled.connect(lambda _on: self._on_choice_changed())
+            self.candidate_boxes[cand.path] = box
+            self.candidates_col.addWidget(box)
+        self.no_candidates.setVisible(not candidates)
+
+    def chosen_drafts(self) -> tuple[str, ...]:
+        """The candidate drafts ticked, as files."""
+        return tuple(str(p) for p, b in self.candidate_boxes.items() if b.isChecked())
 
     def refresh_earlier(self, select_first: bool = False) -> None:
         self.earlier.blockSignals(True)
@@ -342,7 +423,8 @@ class MeasureDialog(QDialog):
 
     def planned_replays(self) -> int:
         """The replays Measure would run now: the turns offered, each target-only
-        twice and once per drafter and policy ticked (trees: once more per drafter)."""
+        twice, once per drafter and policy ticked (trees: once more per drafter)
+        and once per candidate draft ticked."""
         gamma_max = self.host.settings().gamma_max
         policies = [
             key
@@ -351,7 +433,7 @@ class MeasureDialog(QDialog):
         ]
         trees = self.trees_box.isEnabled() and self.trees_box.isChecked()
         drafters = [b for b in self.drafter_boxes.values() if b.isEnabled() and b.isChecked()]
-        n_configs = len(drafters) * (len(policies) + trees)
+        n_configs = len(drafters) * (len(policies) + trees) + len(self.chosen_drafts())
         turns = min(self.last_turns.value(), self.available_turns())
         return turns * replays_per_turn(n_configs) if n_configs else 0
 
@@ -402,6 +484,7 @@ class MeasureDialog(QDialog):
             save_to=self.host.measurements_dir,
             # JSON-shaped (the workers' tuple a list), as the report's file holds it
             app_settings=json.loads(json.dumps(asdict(settings))),
+            drafts=self.chosen_drafts(),
         )
 
     # --------------------------------------------------------------- measuring
@@ -540,14 +623,16 @@ class MeasureDialog(QDialog):
         any_chat = any(it.checkState() == Qt.CheckState.Checked for it in items)
         any_drafter = any(b.isChecked() for b in self.drafter_boxes.values())
         any_policy = any(b.isChecked() for b in self.policy_boxes.values())
-        self.start_button.setEnabled(not running and any_chat and any_drafter and any_policy)
+        # (a candidate draft runs under the adaptive policy, ticked or not)
+        something = (any_drafter and any_policy) or bool(self.chosen_drafts())
+        self.start_button.setEnabled(not running and any_chat and something)
         self.start_button.setToolTip(
-            "" if any_chat and any_drafter and any_policy
-            else "Tick at least one conversation, one drafter and one policy"
+            "" if any_chat and something
+            else "Tick at least one conversation, and one drafter and one policy or a draft"
         )  # fmt: skip
         self.cancel_button.setEnabled(running)
         # (a child disabled on its own, like a drafter that is not loaded, stays so)
-        for w in (self.chats_group, self.compare_group, self.max_tokens):
+        for w in (self.chats_group, self.compare_group, self.candidates_group, self.max_tokens):
             w.setEnabled(not running)
         self.results.apply_button.setEnabled(not running and self.results.can_apply)
         has_report = self.results.report is not None

@@ -326,7 +326,7 @@ class MenuBar(QObject):
         """The "Measure on my chats" dialog, window-modal: the engine is busy
         replaying while it runs, so the chat waits. (The measuring code and its
         charts load here, not at start-up.)"""
-        from gambit.ui.measure_dialog import MeasureDialog, MeasureHost
+        from gambit.ui.measure_dialog import MeasureDialog, MeasureHost, library_drafts
 
         w, h = self.window, self.host
         if self._measure is None:
@@ -337,6 +337,7 @@ class MenuBar(QObject):
                 apply=h.apply_settings,
                 engine_info=lambda: h.engine_info,
                 busy=lambda: h.generating,
+                drafts=lambda: library_drafts(h.settings),
             )
             self._measure = MeasureDialog(host, w)
             self._measure.setWindowModality(Qt.WindowModality.WindowModal)

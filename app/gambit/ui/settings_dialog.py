@@ -37,7 +37,7 @@ from gambit.engine.drafters.registry import (
     DrafterKind,
 )
 from gambit.formats.mtp import MtpAvailability, mtp_availability, without_heads
-from gambit.models.default_model import DEFAULT_MODEL_FILE, DEFAULT_MODEL_NAME, bundled_model_path
+from gambit.models.default_model import DEFAULT_MODEL_NAME, default_model_file
 from gambit.models.settings_check import model_file_problems
 from gambit.qt.compat import give_to_qt_parents
 from gambit.storage.paths import models_dir
@@ -352,7 +352,7 @@ class SettingsDialog(SettingsPages):
         if text:
             self._mtp = mtp_availability(Path(text).expanduser())
         else:
-            default = _default_model_file()
+            default = default_model_file()
             self._mtp = (
                 mtp_availability(default)
                 if default is not None
@@ -378,15 +378,6 @@ class SettingsDialog(SettingsPages):
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.fileSelected.connect(edit.setText)
         dialog.open()
-
-
-def _default_model_file() -> Path | None:
-    """The embedded default model's file, if it is on disk (it is fetched on first start)."""
-    bundled = bundled_model_path()
-    if bundled is not None:
-        return bundled
-    candidate = models_dir() / DEFAULT_MODEL_FILE
-    return candidate if candidate.is_file() else None
 
 
 def _show(widget: QWidget, value: object) -> None:
