@@ -180,13 +180,13 @@ class Engine:
                 BuildInput(self.target, self.draft_runtime, config.draft, config.lookup_ngram_max)
             )
             drafter, self.layer_skip = built.drafter, built.layer_skip
-        except BaseException:
+            self.drafter = drafter
+            # A target on workers is left out: its costs are the network's of the day.
+            self._cost_store = CostStore(config.kernel_cache if self.placement is None else None)
+            self.costs = self.measure_costs(progress)
+        except BaseException:  # (a Cancel raised by ``progress`` too): no model left open
             self.close()
             raise
-        self.drafter = drafter
-        # A target on workers is left out: its costs are the network's of the day.
-        self._cost_store = CostStore(config.kernel_cache if self.placement is None else None)
-        self.costs = self.measure_costs(progress)
         self.controller = self.new_controller(config.policy)
         self.decoder = SpeculativeDecoder(self.target, drafter, self.controller)
         self._chat: ChatPromptBuilder | None = None

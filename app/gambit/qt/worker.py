@@ -123,6 +123,7 @@ class EngineWorker(QObject):
     load_progress = Signal(str)
     loaded = Signal(object)  # EngineInfo
     load_failed = Signal(str)
+    load_cancelled = Signal()  # Cancel stopped a load at its next step: no model loaded
     delta = Signal(object)  # ReplyDelta
     finished = Signal(object)  # ReplyResult
     failed = Signal(str, object)  # message, partial ReplyResult (None: nothing streamed)
@@ -144,7 +145,8 @@ class EngineWorker(QObject):
 
     # ---- called from the UI thread (thread-safe by construction)
     def cancel(self) -> None:
-        """Stop the reply at the next round, or a layer-skip search at its next step."""
+        """Stop the reply at the next round, or a load (a layer-skip search
+        included) at its next step."""
         self._cancel.set()
 
     def close(self) -> None:
@@ -196,7 +198,7 @@ class EngineWorker(QObject):
                 assert callable(make_config)
                 config = make_config(self._default_model())
             assert isinstance(config, EngineConfig)
-            engine = Engine(config, self.load_progress.emit)  # (it says what it does)
+            engine = Engine(config, self._say_loading)  # (it says what it does)
             engine.set_speculation(self._speculation)
             self._engine = engine
             # A layer-skip draft is the target itself; drafter_detail describes it.
@@ -218,6 +220,12 @@ class EngineWorker(QObject):
             self.loaded.emit(info)
             self._recall(engine)  # (a long history is read while the user types)
             self._keep_reading_later()
+        except OperationCancelledError as exc:
+            if self._closing.is_set():
+                self.load_failed.emit(str(exc))
+            else:
+                self._cancel.clear()  # (it was meant for this load only)
+                self.load_cancelled.emit()
         except GambitError as exc:
             self.load_failed.emit(str(exc))
         except Exception as exc:
@@ -235,9 +243,16 @@ class EngineWorker(QObject):
             config = replace(config, drafter="none", draft=None, tree=False)
         return config, refused
 
+    def _say_loading(self, text: str) -> None:
+        """Say what the load does now; a Cancel stops the load here, at its next
+        step (the engine closes what it opened; a download stops its pip)."""
+        if self._cancel.is_set():
+            raise OperationCancelledError("Loading was cancelled.")
+        self.load_progress.emit(text)
+
     def _default_model(self) -> Path:
         def progress(stage: str, done: int, total: int) -> None:
-            self.load_progress.emit(
+            self._say_loading(
                 f"Preparing the default model: {describe_progress(stage, done, total)}"
             )
 
