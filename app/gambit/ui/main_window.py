@@ -69,6 +69,7 @@ class MainWindow(WindowPanes):
         self._worker_lost: str | None = None  # why the engine went with a lost worker
         # A setting that reloads the models changed while a reply was running.
         self._reload_after_reply = False
+        self._deriving = False  # the load under way searches for layers to skip first
         self.local_service: LocalService | None = None  # Tools → Local server, once opened
         self._closing = False
         self._build()
@@ -135,6 +136,7 @@ class MainWindow(WindowPanes):
         w.load_progress.connect(self._on_load_progress)
         w.loaded.connect(self._on_loaded)
         w.load_failed.connect(self._on_load_failed)
+        w.load_cancelled.connect(self._on_load_cancelled)
         w.delta.connect(self._on_delta)
         w.served.connect(self.stats.set_snapshot)  # replies of the local server
         w.finished.connect(self._on_finished)
@@ -144,6 +146,7 @@ class MainWindow(WindowPanes):
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(self.stop)
         self.cancel_load_button.clicked.connect(self.cancel_load)
+        self.load_button.clicked.connect(self.load_engine)
         self.regen_button.clicked.connect(self.regenerate)
         self.new_button.clicked.connect(self.new_conversation)
         self.search.textChanged.connect(self._refresh_list)
@@ -170,7 +173,14 @@ class MainWindow(WindowPanes):
             options=s.target_options(),
         )
         self.cancel_load_button.setEnabled(True)
-        self.cancel_load_button.setVisible(request.derives)
+        self.cancel_load_button.setToolTip(
+            "Stop the search for layers to skip (the model then loads without it)"
+            if request.derives
+            else "Stop loading the model"
+        )
+        self.cancel_load_button.show()
+        self.load_button.hide()
+        self._deriving = request.derives
         self.request_load.emit(request, None)
         self._update_buttons()
 
@@ -180,10 +190,24 @@ class MainWindow(WindowPanes):
 
     @Slot()
     def cancel_load(self) -> None:
-        """Stop the layer-skip search; the model then loads without a drafter."""
+        """Stop the load at its next step; a layer-skip search stops and the
+        model then loads without a drafter."""
         self.worker.cancel()
         self.cancel_load_button.setEnabled(False)
-        self.statusBar().showMessage("Cancelling the search for layers to skip…")
+        what = "the search for layers to skip" if self._deriving else "the load"
+        self.statusBar().showMessage(f"Cancelling {what}…")
+
+    @Slot()
+    def _on_load_cancelled(self) -> None:
+        self.engine_info = None
+        self.load_busy.hide()
+        self.cancel_load_button.hide()
+        self.load_button.show()
+        self.stats.set_engine(None)
+        self.stats.clear()
+        self.model_label.setText("No model loaded")
+        self.statusBar().showMessage("Loading cancelled: no model is loaded")
+        self._update_buttons()
 
     @Slot(object)
     def _on_loaded(self, info: EngineInfo) -> None:

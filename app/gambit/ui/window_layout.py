@@ -72,12 +72,16 @@ class WindowPanes(QMainWindow):
         self.load_busy.setMaximumSize(120, 14)
         self.load_busy.setTextVisible(False)
         self.load_busy.hide()
-        # Stops a layer-skip search (the one part of a load that can take minutes).
+        # Stops a load at its next step (a layer-skip search: the model then
+        # loads without it); after a cancelled load, Load starts it again.
         self.cancel_load_button = named(QPushButton("Cancel"), "cancelLoadButton")
-        self.cancel_load_button.setToolTip("Stop the search for layers to skip")
         self.cancel_load_button.hide()
+        self.load_button = named(QPushButton("Load model"), "loadModelButton")
+        self.load_button.setToolTip("Load the models chosen in Settings")
+        self.load_button.hide()
         self.statusBar().addPermanentWidget(self.load_busy)
         self.statusBar().addPermanentWidget(self.cancel_load_button)
+        self.statusBar().addPermanentWidget(self.load_button)
         self.statusBar().addPermanentWidget(self.spec_label)
         self.statusBar().addPermanentWidget(self.model_label)
         if self.store.in_memory:
