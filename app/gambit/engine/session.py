@@ -27,7 +27,6 @@ from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.draft_candidates import DraftCandidates
 from gambit.engine.drafters.base import ChoosingDrafter, Drafter
 from gambit.engine.drafters.combined import CombinedDrafter
-from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.drafters.registry import (
@@ -46,7 +45,6 @@ from gambit.engine.placement import TargetPlacement
 from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, Decision, FixedGamma, PolicyMode
 from gambit.engine.reply import GenerationConfig, Round, StopReason
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.target_host import HostedRuntime, open_target
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.engine.tokens import common_prefix_length
@@ -106,27 +104,6 @@ class EngineConfig:
             raise ValueError(f"gamma must be between 0 and gamma_max ({self.gamma_max})")
         if self.gamma_max < 1:
             raise ValueError("gamma_max must be 1 or more")
-
-
-def greedy_acceptance(
-    target: ModelRuntime,
-    draft: ModelRuntime,
-    prompts: Sequence[list[int]],
-    n_tokens: int,
-    gamma: int = DEFAULT_GAMMA,
-) -> float:
-    """Share of a draft model's tokens the target accepts: greedy replies of
-    ``n_tokens`` to each prompt (tokens), drafting ``gamma`` a round, on two
-    loaded runtimes (a draft just derived is measured without an Engine's
-    kernel probe and calibration)."""
-    decoder = SpeculativeDecoder(target, DraftModelDrafter(draft), FixedGamma(gamma))
-    config = GenerationConfig(max_tokens=n_tokens, sampling=SamplingParams(temperature=0.0))
-    drafted = accepted = 0
-    for prompt in prompts:
-        for rnd in decoder.generate(prompt, config):
-            drafted += rnd.n_drafted
-            accepted += rnd.n_accepted
-    return accepted / drafted if drafted else 0.0
 
 
 class Replay(Protocol):
