@@ -222,3 +222,23 @@ def test_a_long_history_is_read_in_slices_and_joins_whole_oldest_first(
     assert list(index.documents()) == ids[:5]  # oldest first; the deleted ones never joined
     assert follows(index, "note 04: ").startswith("words")
     assert follows(index, "note 07: ") == ""
+
+
+def test_a_message_edited_to_the_same_length_in_a_reused_row_is_read_again(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    """Edit and resend deletes the message and those after it, then stores
+    the new text: SQLite may hand the new row the deleted one's id, and an
+    edit may keep the length. The memory must still drop the old text."""
+    memory = HistoryMemory(store.path, tmp_path / "memory")
+    conv = store.create()
+    old = store.add_message(conv, "user", "send the report to alice tomorrow")
+    store.add_message(conv, "assistant", "I will remind you about alice.")
+    assert follows(memory.index(BYTES), "send the report to") == " alice tomorrow"
+    store.delete_from(old)
+    new = store.add_message(conv, "user", "send the report to bobby tomorrow")
+    store.add_message(conv, "assistant", "I will remind you about bobby.")
+    assert new == old  # (the id came back: only the row's time tells them apart)
+    index = memory.index(BYTES)
+    assert follows(index, "send the report to") == " bobby tomorrow"
+    assert follows(index, "remind you about") == " bobby."
