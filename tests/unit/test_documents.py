@@ -29,7 +29,7 @@ def test_a_message_with_documents_splits_back_into_them(tmp_path: Path) -> None:
     data = Document("data.csv", "a,b\n1,2")
     content = compose("Summarise both, please.", [notes, data])
     assert content.startswith("````document: notes.md\n")  # longer than the ``` inside
-    assert split(content) == [Document("notes.md", NOTES.rstrip("\n")), data,
+    assert split(content) == [Document("notes.md", NOTES), data,
                               "Summarise both, please."]  # fmt: skip
     assert typed_text(content) == "Summarise both, please."
     assert [d.name for d in documents_in(content)] == ["notes.md", "data.csv"]

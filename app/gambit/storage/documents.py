@@ -76,8 +76,7 @@ def block(document: Document) -> str:
     """``document`` as the fenced block it is stored as."""
     longest = max((len(run) for run in _BACKTICKS.findall(document.text)), default=0)
     fence = "`" * max(3, longest + 1)
-    body = document.text if document.text.endswith("\n") else document.text + "\n"
-    return f"{fence}{MARKER}{_clean_name(document.name)}\n{body}{fence}"
+    return f"{fence}{MARKER}{_clean_name(document.name)}\n{document.text}\n{fence}"
 
 
 def compose(text: str, documents: Sequence[Document]) -> str:
