@@ -69,6 +69,27 @@ def test_which_replies_may_be_continued(store: ConversationStore) -> None:
     assert was_cut(messages[1]) and not can_continue(messages)  # only the last one
 
 
+def test_a_cut_reply_whose_question_was_deleted_is_not_continued(
+    store: ConversationStore,
+) -> None:
+    """The prompt leaves such a reply out, or joins it to the reply before it:
+    continuing it would go on from another text than its own."""
+    conv = store.create()
+    question = store.add_message(conv, "user", "Tell me a story.")
+    store.add_message(conv, "assistant", "Once upon", complete=False)
+    assert can_continue(store.messages(conv))
+    store.delete_message(question)  # a reply first
+    assert not can_continue(store.messages(conv))
+
+    conv = store.create()
+    store.add_message(conv, "user", "Hello.")
+    store.add_message(conv, "assistant", "Hi!")
+    second = store.add_message(conv, "user", "Tell me a story.")
+    store.add_message(conv, "assistant", "Once upon", complete=False)
+    store.delete_message(second)  # two replies in a row
+    assert not can_continue(store.messages(conv))
+
+
 def test_kept_tokens_round_trip_and_damaged_records_read_as_none(
     store: ConversationStore,
 ) -> None:

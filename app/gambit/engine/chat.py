@@ -184,7 +184,7 @@ class ChatPromptBuilder:
         ``cancel`` stops the template (``RenderCancelledError``).
 
         ``reply``: the tokens of a reply to ``messages`` that was cut, to be
-        continued (``Engine.continue_reply``). They follow the generation
+        continued (``Engine.chat(reply=...)``). They follow the generation
         prompt as they followed it when generated: the assistant's turn stays
         open, with no end-of-turn marker and no new generation prompt.
         """

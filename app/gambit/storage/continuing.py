@@ -3,7 +3,10 @@
 A reply is cut when its length limit, Stop, a failure or the end of the
 window ended it before the model did; only the last message of a
 conversation is continued (an earlier one would need the replies after it
-replaced: that is Regenerate).
+replaced: that is Regenerate), and only while the prompt reads it as the
+reply to the question before it (``prompt_messages``: a reply whose question
+was deleted is left out of the prompt or joined to the reply before it, and
+would not be continued from its own text).
 
 The tokens of a reply that may be continued are kept in its stats under
 ``"kept_tokens"``: ``{"tokenizer": <Engine.tokenizer_fingerprint>, "ids":
@@ -19,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gambit.engine.chat import Message
 from gambit.engine.continuation import KeptTokens
+from gambit.storage.history import prompt_messages
 from gambit.storage.rows import StoredMessage
 
 KEPT_TOKENS = "kept_tokens"
@@ -39,8 +44,12 @@ def was_cut(message: StoredMessage) -> bool:
 
 
 def can_continue(messages: Sequence[StoredMessage]) -> bool:
-    """Whether the last of a conversation's ``messages`` may be continued."""
-    return bool(messages) and was_cut(messages[-1])
+    """Whether the last of a conversation's ``messages`` may be continued: a
+    cut reply, which the prompt reads as it is (its question not deleted)."""
+    if not messages or not was_cut(messages[-1]):
+        return False
+    turns = prompt_messages(messages)
+    return bool(turns) and turns[-1] == Message("assistant", messages[-1].content)
 
 
 def kept_tokens(stats: Mapping[str, Any] | None) -> KeptTokens | None:
