@@ -14,7 +14,8 @@ from gambit.engine.reply import GenerationConfig
 from gambit.errors import GambitError
 from gambit.models.library import ModelLibrary
 from gambit.models.settings_check import model_file_problems
-from gambit.qt.worker import EngineInfo, EngineRequest, ReplyDelta, ReplyResult, WorkerThread
+from gambit.qt.reply_stream import ReplyDelta, ReplyResult
+from gambit.qt.worker import EngineInfo, EngineRequest, WorkerThread
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history import prompt_messages
 from gambit.storage.history_memory import HistoryMemory, memory_folder

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gambit.qt.worker import ReplyResult
+from gambit.qt.reply_stream import ReplyResult
 from gambit.storage.rows import StoredMessage
 from gambit.ui.chat_view import ChatMessage, reply_footer
 
