@@ -20,8 +20,21 @@ from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings_dialog import SettingsDialog
 
 MENUS = {
-    "fileMenu": ("File", ["newChatAction", "quitAction"]),
+    "fileMenu": ("File", ["newChatAction", "attachAction", "quitAction"]),
     "editMenu": ("Edit", ["copyAction", "selectAllAction", "findAction"]),
+    "messageMenu": (
+        "Message",
+        [
+            "copyMessageAction",
+            "editMessageAction",
+            "branchAction",
+            "deleteMessageAction",
+            "regenerateAction",
+            "continueAction",
+            "previousMessageAction",
+            "nextMessageAction",
+        ],
+    ),
     "viewMenu": ("View", ["statisticsAction", "sidebarAction"]),
     "toolsMenu": (
         "Tools",
@@ -36,6 +49,15 @@ SHORTCUTS = {
     "settingsAction": "Ctrl+,",
     "copyAction": "Ctrl+C",
     "selectAllAction": "Ctrl+A",
+    "attachAction": "Ctrl+Shift+O",
+    "copyMessageAction": "Ctrl+Shift+C",
+    "editMessageAction": "Ctrl+Shift+E",
+    "branchAction": "Ctrl+Shift+B",
+    "deleteMessageAction": "Ctrl+Shift+D",
+    "regenerateAction": "Ctrl+Shift+R",
+    "continueAction": "Ctrl+Shift+Return",
+    "previousMessageAction": "Alt+Up",
+    "nextMessageAction": "Alt+Down",
 }
 
 

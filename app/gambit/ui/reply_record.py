@@ -46,6 +46,20 @@ def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
     }
 
 
+def continued_stats(before: dict[str, Any] | None, stats: dict[str, Any]) -> dict[str, Any]:
+    """The stats of a reply after Continue: the figures of its latest part
+    (its rate and speedup), the token count of the whole reply, and how many
+    times it was continued (the footer says "continued")."""
+    earlier = _count(before, "tokens")
+    return {**stats, "tokens": earlier + _count(stats, "tokens"),
+            "continued": _count(before, "continued") + 1}  # fmt: skip
+
+
+def _count(stats: dict[str, Any] | None, key: str) -> int:
+    value = (stats or {}).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def run_lengths(flags: tuple[bool, ...]) -> list[int]:
     """[n_false, n_true, n_false, ...] — compact enough to store per message."""
     runs: list[int] = []
@@ -75,5 +89,6 @@ def shown_messages(stored: Iterable[StoredMessage]) -> list[ChatMessage]:
     for m in stored:
         footer = reply_footer(m.stats) if m.role == "assistant" else ""
         drafted = list(m.stats.get("drafted", [])) if m.stats else []
-        shown.append(ChatMessage(m.role, m.content, expand(drafted, len(m.content)), footer))
+        flags = expand(drafted, len(m.content))
+        shown.append(ChatMessage(m.role, m.content, flags, footer, id=m.id))
     return shown
