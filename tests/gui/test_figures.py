@@ -19,7 +19,7 @@ from pytestqt.qtbot import QtBot
 
 from gambit.cli.main import summary_line
 from gambit.engine.metrics import NO_FIGURE, format_rate, format_speedup
-from gambit.qt.worker import ReplyDelta, ReplyResult
+from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.main_window import MainWindow

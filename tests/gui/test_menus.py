@@ -25,6 +25,7 @@ MENUS = {
         "File",
         [
             "newChatAction",
+            "attachAction",
             "importChatsAction",
             "exportChatMenuAction",
             "exportAllMenuAction",
@@ -32,6 +33,19 @@ MENUS = {
         ],
     ),
     "editMenu": ("Edit", ["copyAction", "selectAllAction", "findAction"]),
+    "messageMenu": (
+        "Message",
+        [
+            "copyMessageAction",
+            "editMessageAction",
+            "branchAction",
+            "deleteMessageAction",
+            "regenerateAction",
+            "continueAction",
+            "previousMessageAction",
+            "nextMessageAction",
+        ],
+    ),
     "viewMenu": ("View", ["statisticsAction", "sidebarAction"]),
     "toolsMenu": (
         "Tools",
@@ -47,6 +61,15 @@ SHORTCUTS = {
     "settingsAction": "Ctrl+,",
     "copyAction": "Ctrl+C",
     "selectAllAction": "Ctrl+A",
+    "attachAction": "Ctrl+Shift+O",
+    "copyMessageAction": "Ctrl+Shift+C",
+    "editMessageAction": "Ctrl+Shift+E",
+    "branchAction": "Ctrl+Shift+B",
+    "deleteMessageAction": "Ctrl+Shift+D",
+    "regenerateAction": "Ctrl+Shift+R",
+    "continueAction": "Ctrl+Shift+Return",
+    "previousMessageAction": "Alt+Up",
+    "nextMessageAction": "Alt+Down",
 }
 
 

@@ -26,7 +26,8 @@ from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import EngineConfig
 from gambit.formats import layerskip_file
 from gambit.models import layerskip
-from gambit.qt.worker import EngineInfo, EngineRequest, ReplyResult, WorkerThread
+from gambit.qt.reply_stream import ReplyResult
+from gambit.qt.worker import EngineInfo, EngineRequest, WorkerThread
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history_memory import HistoryMemory
 from gambit.storage.settings import Settings

@@ -69,3 +69,11 @@ def test_system_prompt_comes_first() -> None:
     assert messages == [Message("system", "Be brief."), Message("user", "Q2")]
     assert prompt_messages(history, "   ")[0].role == "user"
     ChatTemplate(STRICT_TEMPLATE).render(messages)
+
+
+def test_replies_left_without_their_question_keep_the_turns_alternating() -> None:
+    # The per-message Delete removed the first question, and the one between two replies.
+    history = stored(("assistant", "A0"), ("user", "Q1"), ("assistant", "A1"), ("assistant", "A2"))
+    messages = prompt_messages(history)
+    assert messages == [Message("user", "Q1"), Message("assistant", "A1\n\nA2")]
+    ChatTemplate(STRICT_TEMPLATE).render(messages)

@@ -239,3 +239,23 @@ def test_a_message_holding_a_nul_character_is_read_once(
     index = memory.index(BYTES)
     assert (memory.last_sync.added, memory.last_sync.removed) == (1, 0)
     assert follows(index, "inside, then") == " the rest of the line"
+
+
+def test_a_message_edited_to_the_same_length_in_a_reused_row_is_read_again(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    """Edit and resend deletes the message and those after it, then stores
+    the new text: SQLite may hand the new row the deleted one's id, and an
+    edit may keep the length. The memory must still drop the old text."""
+    memory = HistoryMemory(store.path, tmp_path / "memory")
+    conv = store.create()
+    old = store.add_message(conv, "user", "send the report to alice tomorrow")
+    store.add_message(conv, "assistant", "I will remind you about alice.")
+    assert follows(memory.index(BYTES), "send the report to") == " alice tomorrow"
+    store.delete_from(old)
+    new = store.add_message(conv, "user", "send the report to bobby tomorrow")
+    store.add_message(conv, "assistant", "I will remind you about bobby.")
+    assert new == old  # (the id came back: only the row's time tells them apart)
+    index = memory.index(BYTES)
+    assert follows(index, "send the report to") == " bobby tomorrow"
+    assert follows(index, "remind you about") == " bobby."

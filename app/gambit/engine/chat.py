@@ -143,8 +143,16 @@ def _reason(exc: BaseException) -> str:
 @dataclass(frozen=True)
 class ChatPrompt:
     tokens: list[int]
-    text: str
+    text: str  # what the tokens render, but for the reply's own start (``n_reply``)
     n_dropped: int  # oldest messages left out so the prompt fits the context
+    # Continue: the last tokens that many are the reply's own start, its turn
+    # left open (``ChatPromptBuilder.build(reply=...)``).
+    n_reply: int = 0
+
+    @property
+    def reply(self) -> list[int]:
+        """The tokens of the reply's start that the prompt ends with (Continue)."""
+        return self.tokens[len(self.tokens) - self.n_reply :]
 
 
 class ChatPromptBuilder:
@@ -155,12 +163,18 @@ class ChatPromptBuilder:
         self.template = template or ChatTemplate.for_model(runtime)
         self._text = ""  # text of the remembered conversation tokens
         self._tokens: list[int] = []
+        # The last prompt as it was tokenized (its text, its length), to be
+        # resumed from: a cut reply continues from the very prompt it had.
+        self._prompt_text = ""
+        self._n_prompt = 0
 
     def build(
         self,
         messages: Sequence[Message],
         reserve: int,
         cancel: threading.Event | None = None,
+        *,
+        reply: Sequence[int] = (),
     ) -> ChatPrompt:
         """Prompt tokens for ``messages``, leaving at least ``reserve`` tokens for the reply.
 
@@ -168,6 +182,11 @@ class ChatPromptBuilder:
         system message and the last user message always stay); if even that
         does not fit, ``ContextOverflowError`` says by how much. A set
         ``cancel`` stops the template (``RenderCancelledError``).
+
+        ``reply``: the tokens of a reply to ``messages`` that was cut, to be
+        continued (``Engine.chat(reply=...)``). They follow the generation
+        prompt as they followed it when generated: the assistant's turn stays
+        open, with no end-of-turn marker and no new generation prompt.
         """
         n_ctx = self.runtime.n_ctx
         reserve = max(1, min(reserve, n_ctx // 2))
@@ -177,13 +196,14 @@ class ChatPromptBuilder:
         dropped = 0
         while True:
             text = self.template.render([*system, *rest], cancel=cancel)
-            tokens = self._tokenize(text)
+            tokens = [*self._tokenize(text), *reply]
             if len(tokens) <= budget:
-                return ChatPrompt(tokens, text, dropped)
+                return ChatPrompt(tokens, text, dropped, len(reply))
             if len(rest) <= 1:
+                so_far = " (the reply so far included)" if reply else ""
                 raise ContextOverflowError(
                     f"the message is too long for the context window: the prompt needs "
-                    f"{len(tokens):,} tokens, and {budget:,} are available "
+                    f"{len(tokens):,} tokens{so_far}, and {budget:,} are available "
                     f"({n_ctx:,} in the context, {reserve:,} kept for the reply). "
                     "Shorten the message or raise the context size (Settings → Models → "
                     "Context size; --ctx on the command line)."
@@ -200,22 +220,27 @@ class ChatPromptBuilder:
         if context[: len(prompt.tokens)] != prompt.tokens:
             self.forget()  # the generation failed before it started
             return
-        reply = context[len(prompt.tokens) :]
+        n_prompt = len(prompt.tokens) - prompt.n_reply
+        reply = context[n_prompt:]  # (a continued reply's start included)
         rt = self.runtime
         # Rendered by the template, the reply's end-of-turn token appears as its text.
         text = "".join(rt.token_text(t) if rt.is_eog(t) else "" for t in reply[-1:])
         self._text = prompt.text + rt.detokenize(reply) + text
         self._tokens = list(context)
+        self._prompt_text, self._n_prompt = prompt.text, n_prompt
 
     def forget(self) -> None:
         self._text = ""
         self._tokens = []
+        self._prompt_text, self._n_prompt = "", 0
 
     def _tokenize(self, text: str) -> list[int]:
         rt = self.runtime
         if self._tokens and text.startswith(self._text):
             suffix = text[len(self._text) :]
             return self._tokens + rt.tokenize(suffix, add_special=False, parse_special=True)
+        if self._n_prompt and text == self._prompt_text:  # the last prompt again: Continue
+            return self._tokens[: self._n_prompt]
         has_bos_text = rt.bos_token >= 0 and text.startswith(rt.token_text(rt.bos_token))
         add_bos = rt.add_bos and not has_bos_text
         return rt.tokenize(text, add_special=add_bos, parse_special=True)

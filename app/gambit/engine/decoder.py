@@ -176,7 +176,13 @@ class SpeculativeDecoder:
         prompt: list[int],
         config: GenerationConfig,
         cancel: threading.Event | None = None,
+        *,
+        continues: int = 0,
     ) -> Iterator[Round]:
+        """Stream the reply to ``prompt``. ``continues``: the prompt's last
+        tokens that many are the start of this very reply, cut earlier
+        (Continue): its text picks up after them, a character they split
+        included."""
         t_start = time.perf_counter()
         self.context = []
         if not prompt:
@@ -196,6 +202,8 @@ class SpeculativeDecoder:
             rng=np.random.default_rng([seed, 0]),
             rng_draft=np.random.default_rng([seed, 1]),
         )
+        if continues > 0:
+            reply.stream.skip(b"".join(map(self.target.token_piece, prompt[-continues:])))
         try:
             self._prefill(prompt, cancel)
             self.policy.start_reply(len(prompt))
@@ -420,7 +428,8 @@ class SpeculativeDecoder:
         if hit:
             stop = StopReason.STOP_STRING
         if stop is not None and not hit:
-            text += reply.stream.finish()
+            # (cut by its length, it may be continued: see TextStream.finish)
+            text += reply.stream.finish(whole=stop is StopReason.EOG)
         return new, text, stop
 
     @staticmethod
@@ -428,7 +437,7 @@ class SpeculativeDecoder:
         return Round(
             index=reply.index,
             tokens=(),
-            text=reply.stream.finish(),
+            text=reply.stream.finish(whole=False),  # (cancelled or the context full: cut)
             gamma=0,
             n_drafted=0,
             n_accepted=0,

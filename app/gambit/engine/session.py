@@ -19,6 +19,7 @@ import numpy as np
 
 from gambit.engine.calibration import CALIBRATION_FILLER, CostStore, calibrate
 from gambit.engine.chat import ChatPrompt, ChatPromptBuilder, Message
+from gambit.engine.continuation import KeptTokens, resume_tokens
 
 # Public through this module: the policies Engine.new_controller makes, which
 # callers hold (one per mode in the bench) and hand back to use_controller.
@@ -27,7 +28,6 @@ from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.draft_candidates import DraftCandidates
 from gambit.engine.drafters.base import ChoosingDrafter, Drafter
 from gambit.engine.drafters.combined import CombinedDrafter
-from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.drafters.registry import (
@@ -46,7 +46,6 @@ from gambit.engine.placement import TargetPlacement
 from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, Decision, FixedGamma, PolicyMode
 from gambit.engine.reply import GenerationConfig, Round, StopReason
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.target_host import HostedRuntime, open_target
 from gambit.engine.template_sandbox import RenderCancelledError
 from gambit.engine.tokens import common_prefix_length
@@ -106,27 +105,6 @@ class EngineConfig:
             raise ValueError(f"gamma must be between 0 and gamma_max ({self.gamma_max})")
         if self.gamma_max < 1:
             raise ValueError("gamma_max must be 1 or more")
-
-
-def greedy_acceptance(
-    target: ModelRuntime,
-    draft: ModelRuntime,
-    prompts: Sequence[list[int]],
-    n_tokens: int,
-    gamma: int = DEFAULT_GAMMA,
-) -> float:
-    """Share of a draft model's tokens the target accepts: greedy replies of
-    ``n_tokens`` to each prompt (tokens), drafting ``gamma`` a round, on two
-    loaded runtimes (a draft just derived is measured without an Engine's
-    kernel probe and calibration)."""
-    decoder = SpeculativeDecoder(target, DraftModelDrafter(draft), FixedGamma(gamma))
-    config = GenerationConfig(max_tokens=n_tokens, sampling=SamplingParams(temperature=0.0))
-    drafted = accepted = 0
-    for prompt in prompts:
-        for rnd in decoder.generate(prompt, config):
-            drafted += rnd.n_drafted
-            accepted += rnd.n_accepted
-    return accepted / drafted if drafted else 0.0
 
 
 class Replay(Protocol):
@@ -531,16 +509,25 @@ class Engine:
             self._chat = ChatPromptBuilder(self.target)
         return self._chat
 
+    def resume_tokens(self, text: str, kept: KeptTokens | None) -> list[int]:
+        """The tokens the cut reply ``text`` continues from (``continuation``):
+        ``kept`` where they are this target's and spell ``text``, else ``text``'s."""
+        return resume_tokens(self.target, self.tokenizer_fingerprint, text, kept)
+
     def chat(
         self,
         messages: Sequence[Message],
         config: GenerationConfig,
         cancel: threading.Event | None = None,
+        *,
+        reply: Sequence[int] = (),
     ) -> Iterator[Round]:
-        """Stream the assistant's reply to ``messages``, one round at a time."""
+        """Stream the assistant's reply to ``messages``, one round at a time.
+        ``reply``: Continue a reply to them that was cut, from its tokens
+        (``resume_tokens``), its turn left open (``gambit.engine.continuation``)."""
         builder = self.chat_builder
         try:
-            prompt = builder.build(messages, reserve=config.max_tokens, cancel=cancel)
+            prompt = builder.build(messages, config.max_tokens, cancel, reply=reply)
         except RenderCancelledError:  # stopped while the chat template rendered
             yield Round(0, (), "", 0, 0, 0, (), 0.0, 0.0, 0.0, stop=StopReason.CANCELLED)
             return
@@ -555,7 +542,7 @@ class Engine:
         (for a caller that must see it first: the local server refuses one
         that left turns out)."""
         try:
-            yield from self._generate(prompt.tokens, config, cancel)
+            yield from self._generate(prompt.tokens, config, cancel, prompt.n_reply)
         finally:
             self.chat_builder.remember(prompt, self.decoder.context)
 
@@ -573,7 +560,11 @@ class Engine:
         yield from self._generate(tokens, config, cancel)
 
     def _generate(
-        self, tokens: list[int], config: GenerationConfig, cancel: threading.Event | None
+        self,
+        tokens: list[int],
+        config: GenerationConfig,
+        cancel: threading.Event | None,
+        continues: int = 0,
     ) -> Iterator[Round]:
         # A target on workers watches Stop during every call, not only the
         # prompt: a worker that stops answering mid-round must not hang it.
@@ -581,7 +572,7 @@ class Engine:
         if hosted is not None:
             hosted.cancel = cancel
         try:
-            yield from self.decoder.generate(tokens, config, cancel)
+            yield from self.decoder.generate(tokens, config, cancel, continues=continues)
         finally:
             if hosted is not None:
                 hosted.cancel = None

@@ -27,8 +27,19 @@ class TextStream:
             return self._release(len(self.text)), True
         return self._release(len(self.text) - self._partial_stop_length()), False
 
-    def finish(self) -> str:
-        self.text += self._utf8.decode(b"", final=True)
+    def skip(self, data: bytes) -> None:
+        """Take ``data`` as text shown already (the start of a reply being
+        continued): a character it splits is completed by what follows, a stop
+        string may begin in it, and none of it is released again."""
+        self.text += self._utf8.decode(data)
+        self._emitted = len(self.text)
+
+    def finish(self, *, whole: bool = True) -> str:
+        """The rest of the text. ``whole`` False: a reply cut short (its length,
+        Stop), which may be continued: a character its last bytes began is left
+        out (those bytes stay in its tokens for the continuation to complete),
+        rather than shown as a replacement character."""
+        self.text += self._utf8.decode(b"", final=whole)
         return self._release(len(self.text))
 
     def _partial_stop_length(self) -> int:

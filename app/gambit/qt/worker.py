@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,10 +25,10 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 from gambit.engine.backend import BackendInfo, detect_backend
 from gambit.engine.busy import LoadMeter
 from gambit.engine.chat import Message
+from gambit.engine.continuation import KeptTokens
 from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
-from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
 from gambit.engine.placement import TargetPlacement, describe_costs
-from gambit.engine.reply import GenerationConfig, StopReason
+from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.target_host import WorkerLostError
@@ -36,6 +36,7 @@ from gambit.errors import GambitError, OperationCancelledError
 from gambit.fsutil import Progress
 from gambit.models.default_model import default_model_path, describe_progress
 from gambit.models.drafter_files import DERIVATIONS, resolve_drafter_file
+from gambit.qt.reply_stream import ReplyStream
 from gambit.serve.jobs import Job, Outcome, run_job
 from gambit.storage.history_memory import HistoryMemory, Tokenizer
 from gambit.storage.history_memory import forget as forget_lookup_memory
@@ -66,6 +67,9 @@ class EngineInfo:
     # and what one target pass costs ("Target pass: t(1) 12.3 ms · t(5)/t(1) 1.4").
     placement: TargetPlacement | None = None
     target_costs: str = ""
+    # Equal for targets that spell text with the same tokens: the tokens kept
+    # with a cut reply are this tokenizer's (Engine.tokenizer_fingerprint).
+    tokenizer: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,32 +91,6 @@ class EngineRequest:
         return DRAFTERS[self.drafter].file == "derived"
 
 
-@dataclass(frozen=True)
-class ReplyDelta:
-    """New text of the streaming reply since the last delta, with per-character
-    flags: True where the character came from an accepted draft token."""
-
-    text: str
-    drafted: tuple[bool, ...]
-    snapshot: MetricsSnapshot | None  # None between SNAPSHOT_INTERVAL_S ticks
-    round_s: float = 0.0  # the round's own duration (drafting and verifying), for pacing
-
-
-@dataclass(frozen=True)
-class ReplyResult:
-    text: str
-    drafted: tuple[bool, ...]
-    stop: str
-    snapshot: MetricsSnapshot
-    speculation: bool
-
-    @property
-    def stopped_early(self) -> bool:
-        return self.stop == StopReason.CANCELLED.value
-
-
-# The stats panel repaints every 100 ms; half that keeps it current.
-SNAPSHOT_INTERVAL_S = 0.05
 # Reading a long history into the lookup memory (~1 MB of text a second):
 # at most this long before a reply, then in slices between requests.
 RECALL_BUDGET_S = 0.2
@@ -216,6 +194,7 @@ class EngineWorker(QObject):
                 drafter_refused=refused,
                 placement=engine.placement,
                 target_costs=describe_costs(engine.costs),  # (as measured at this load)
+                tokenizer=engine.tokenizer_fingerprint,
             )
             self.loaded.emit(info)
             self._recall(engine)  # (a long history is read while the user types)
@@ -288,58 +267,66 @@ class EngineWorker(QObject):
 
     @Slot(object, object)
     def generate(self, messages: list[Message], config: GenerationConfig) -> None:
-        engine = self._engine
-        tracker = MetricsTracker()
-        text_parts: list[str] = []
-        drafted: list[bool] = []
-        stop = "error"
+        engine = self._engine_for_reply()
+        if engine is not None:
+            self._stream(ReplyStream(engine), engine.chat(messages, config, self._cancel))
+
+    @Slot(object, object, object)
+    def continue_reply(
+        self, messages: list[Message], config: GenerationConfig, kept: KeptTokens | None
+    ) -> None:
+        """More of ``messages[-1]``, a reply that was cut, from the tokens it
+        ended with (``kept`` where they spell its text: ``Engine.resume_tokens``)."""
+        engine = self._engine_for_reply()
         if engine is None:
-            self.failed.emit("No model is loaded.", None)
             return
+        if not messages or messages[-1].role != "assistant":
+            self.failed.emit("There is no reply to continue.", None)
+            return
+        *asked, cut = messages
+        reply = ReplyStream(engine)
+
+        def rounds() -> Iterator[Round]:  # (run by _stream: its failures are a reply's)
+            start = engine.resume_tokens(cut.content, kept)
+            reply.continues_from(start)
+            yield from engine.chat(asked, config, self._cancel, reply=start)
+
+        self._stream(reply, rounds())
+
+    def _engine_for_reply(self) -> Engine | None:
+        """The engine, ready for a reply (a Stop meant for an earlier one cleared),
+        or None and the window told."""
+        if self._engine is None:
+            self.failed.emit("No model is loaded.", None)
+            return None
         if not self._closing.is_set():
             self._cancel.clear()
-        speculated = engine.speculating
+        return self._engine
+
+    def _stream(self, reply: ReplyStream, rounds: Iterator[Round]) -> None:
+        """Stream ``rounds`` to the window: deltas, then ``finished`` or ``failed``."""
+        engine = reply.engine
         self._recall(engine)
-        next_snapshot = 0.0
         load = LoadMeter()  # were other programs busy while the reply was timed?
         try:
-            for rnd in engine.chat(messages, config, self._cancel):
-                tracker.add(rnd)
-                if rnd.text:
-                    text_parts.append(rnd.text)
-                    flags = _char_flags(engine, rnd.tokens, rnd.n_accepted, rnd.text)
-                    drafted.extend(flags)
-                    # A snapshot (percentiles over every gap so far) only as
-                    # often as the panel can show it, not once per round.
-                    snapshot = None
-                    if rnd.elapsed_s >= next_snapshot:
-                        snapshot = self._snapshot(engine, tracker)
-                        next_snapshot = rnd.elapsed_s + SNAPSHOT_INTERVAL_S
-                    round_s = rnd.t_draft_s + rnd.t_verify_s
-                    self.delta.emit(ReplyDelta(rnd.text, flags, snapshot, round_s))
-                if rnd.stop is not None:
-                    stop = rnd.stop.value
+            for rnd in rounds:
+                delta = reply.add(rnd)
+                if delta is not None:
+                    self.delta.emit(delta)
             reading = load.read()
             # A reply that drafted is compared with plain decoding on its own
             # context (not re-timed while the window closes: nobody would read it).
-            baseline = engine.finish_reply(tracker.stats, remeasure=not self._closing.is_set())
-            busy = reading.describe() if reading.busy else None
-            self.finished.emit(
-                ReplyResult("".join(text_parts), tuple(drafted), stop,
-                            self._snapshot(engine, tracker, busy, baseline), speculated)
-            )  # fmt: skip
+            stats = reply.tracker.stats
+            baseline = engine.finish_reply(stats, remeasure=not self._closing.is_set())
+            self.finished.emit(reply.result(reading.describe() if reading.busy else None, baseline))
         except WorkerLostError as exc:
-            partial = self._partial(engine, tracker, text_parts, drafted)
             self._close_engine()  # its target cannot decode again; a load starts afresh
-            self.engine_lost.emit(str(exc), partial)
+            self.engine_lost.emit(str(exc), reply.partial())
         except GambitError as exc:
-            self.failed.emit(str(exc), self._partial(engine, tracker, text_parts, drafted))
+            self.failed.emit(str(exc), reply.partial())
         except Exception as exc:
             log.error("generation crashed:\n%s", traceback.format_exc())
-            self.failed.emit(
-                f"The generation crashed: {exc!r}",
-                self._partial(engine, tracker, text_parts, drafted),
-            )
+            self.failed.emit(f"The generation crashed: {exc!r}", reply.partial())
         finally:
             self._save_memory()
 
@@ -450,40 +437,6 @@ class EngineWorker(QObject):
             self._engine.close()
             self._engine = None
 
-    @staticmethod
-    def _snapshot(
-        engine: Engine,
-        tracker: MetricsTracker,
-        busy: str | None = None,
-        baseline: float | None = None,
-    ) -> MetricsSnapshot:
-        """The reply's figures now; ``baseline``: the one its end measured
-        (while it streams, the engine's, which holds still until it ends)."""
-        decision = engine.decision
-        gamma = decision.gamma if engine.speculating else 0
-        if engine.drafter is None:
-            reason = "off: no drafter chosen (Settings → Models → Drafter)"
-        elif not engine.speculating:
-            reason = "off: speculation is switched off (the Speculation button)"
-        else:
-            reason = decision.reason
-        side = decision.side if gamma else 0
-        if baseline is None:
-            baseline = engine.baseline_tokens_per_s
-        return tracker.snapshot(
-            baseline, gamma, reason, tree=engine.tree, side_nodes=side, busy=busy
-        )
-
-    def _partial(
-        self, engine: Engine, tracker: MetricsTracker, parts: list[str], drafted: list[bool]
-    ) -> ReplyResult | None:
-        """What streamed before a failure; None when nothing did (a refused
-        message has no reply, so no figures)."""
-        if not tracker.stats.n_tokens and not parts:
-            return None
-        return ReplyResult("".join(parts), tuple(drafted), "error",
-                           self._snapshot(engine, tracker), False)  # fmt: skip
-
 
 def _tokenizer(engine: Engine) -> Tokenizer:
     return Tokenizer(engine.tokenizer_fingerprint, engine.target.n_vocab, engine.tokenize_text)
@@ -500,24 +453,6 @@ def _measurement_lost(exc: WorkerLostError, engine: Engine) -> str:
         "was saved and your conversations were not changed. Continue on this machine "
         "from the main window, or start the worker again and reload from Settings → Workers."
     )
-
-
-def _char_flags(
-    engine: Engine, tokens: tuple[int, ...], n_accepted: int, text: str
-) -> tuple[bool, ...]:
-    """Per-character drafted flags for a round's visible text.
-
-    The round's text is the UTF-8 decoding of its tokens (minus held-back or
-    stop-string parts), so the drafted prefix's share of bytes maps to a
-    character count.
-    """
-    if n_accepted == 0 or not text:
-        return (False,) * len(text)
-    drafted_text = b"".join(engine.target.token_piece(t) for t in tokens[:n_accepted]).decode(
-        "utf-8", "replace"
-    )
-    k = min(len(drafted_text), len(text))
-    return (True,) * k + (False,) * (len(text) - k)
 
 
 class WorkerThread:

@@ -502,6 +502,37 @@ class ConversationStore:
                 )  # fmt: skip
         return new_ids
 
+    def branch(self, msg_id: int) -> int:
+        """A new conversation holding copies of this message and every earlier
+        one of its conversation (Branch from here), titled after it; returns
+        its id. It is listed first; the conversation branched from is unchanged."""
+        with self._write() as conn:
+            conv_id, position = self._message_conversation(conn, msg_id)
+            (title,) = conn.execute(
+                "SELECT title FROM conversations WHERE id = ?", (conv_id,)
+            ).fetchone()
+            stamp = self._stamp(conn)
+            cur = conn.execute(
+                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
+                (f"{title} (branch)", stamp, stamp),
+            )
+            conn.execute(
+                "INSERT INTO messages"
+                " (conversation_id, position, role, content, complete, stats, created_at)"
+                " SELECT ?, position, role, content, complete, stats, created_at FROM messages"
+                "  WHERE conversation_id = ? AND position <= ?",
+                (cur.lastrowid, conv_id, position),
+            )
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+    def delete_message(self, msg_id: int) -> None:
+        """Delete this one message; the others keep their order."""
+        with self._write() as conn:
+            conv_id, _ = self._message_conversation(conn, msg_id)
+            conn.execute("DELETE FROM messages WHERE id = ?", (msg_id,))
+            self._touch(conn, conv_id)
+
     def delete_from(self, msg_id: int) -> int:
         """Delete this message and every later one in its conversation (Regenerate,
         editing an earlier message). Returns how many were deleted."""

@@ -10,6 +10,11 @@ than kept with an empty assistant message: the model never said that empty
 turn, and a prompt that shows one offers "say nothing" as an example of an
 answer. Whoever asked again wrote the next question knowing there was none.
 A reply cut off part-way (text, not complete) is kept as it is.
+
+Deleting one message (the chat's per-message Delete) can leave two replies
+in a row, or a reply first: two replies in a row become one turn, their
+texts joined by a blank line (both stay on screen, so the model reads both),
+and a reply with no question before it is left out.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ def prompt_messages(stored: Sequence[StoredMessage], system_prompt: str = "") ->
             continue
         if m.role == "user" and turns and turns[-1].role == "user":
             turns.pop()  # an earlier question that got no reply row at all
+        if m.role == "assistant" and (not turns or turns[-1].role != "user"):
+            if turns and turns[-1].role == "assistant":  # the question between was deleted
+                turns[-1] = Message("assistant", f"{turns[-1].content}\n\n{m.content}")
+            continue  # (first: the question before it was deleted)
         turns.append(Message(m.role, m.content))
     if system_prompt.strip():
         turns.insert(0, Message("system", system_prompt.strip()))

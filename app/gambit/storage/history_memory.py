@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 MEMORY_FOLDER_NAME = "lookup-memory"
 _BATCH = 500  # messages read (and tokenized) per query
+_STAMP_MOD = 1 << 24  # (see _tag)
 
 
 def memory_folder(store_path: Path) -> Path:
@@ -85,7 +86,7 @@ class HistoryMemory:
         self.max_tokens = max_tokens
         self._index: HistoryIndex | None = None
         self._fingerprint = ""
-        self._signature: tuple[int, int, int] | None = None  # the file's, at the last sync
+        self._signature: tuple[int, int, int, int] | None = None  # the file's, at the last sync
         self._unsaved = False  # added to since last saved
         # Messages read, not yet added: a sync that ran out of time leaves them
         # here (newest first) and the next one goes on, so that tokenizing a
@@ -185,13 +186,23 @@ class HistoryMemory:
 _LENGTH = "length(CAST(content AS BLOB))"
 
 
-def _signature(conn: sqlite3.Connection) -> tuple[int, int, int]:
-    """Changes when messages are added, removed or rewritten (to another length)."""
-    count, last, total = conn.execute(
-        f"SELECT count(*), coalesce(max(id), 0), coalesce(sum({_LENGTH}), 0)"
+def _signature(conn: sqlite3.Connection) -> tuple[int, int, int, int]:
+    """Changes when messages are added, removed or rewritten (to another
+    length, or in a new row that took a deleted row's id)."""
+    count, last, total, stamps = conn.execute(
+        f"SELECT count(*), coalesce(max(id), 0), coalesce(sum({_LENGTH}), 0),"
+        f" coalesce(sum(CAST(created_at * 1000000 AS INTEGER) % {_STAMP_MOD}), 0)"
         " FROM messages WHERE content != ''"
     ).fetchone()
-    return int(count), int(last), int(total)
+    return int(count), int(last), int(total), int(stamps)
+
+
+def _tag(length: int, created_at: float) -> int:
+    """A message's mark in the index (``HistoryIndex`` tags): its length and
+    the microsecond its row was stored (modulo ``_STAMP_MOD``, some 17 s).
+    Edit and resend stores the new text in a new row, which SQLite may give
+    the deleted row's id: its time tells them apart where the length does not."""
+    return (length << 24) | (round(created_at * 1_000_000) % _STAMP_MOD)
 
 
 def _sync(
@@ -206,10 +217,13 @@ def _sync(
     together, oldest first, once all are read (or the index would be full).
     Returns (added, removed, whether the index is whole)."""
     stored = dict(
-        conn.execute(f"SELECT id, {_LENGTH} FROM messages WHERE content != '' ORDER BY id")
+        (i, _tag(length, created_at))
+        for i, length, created_at in conn.execute(
+            f"SELECT id, {_LENGTH}, created_at FROM messages WHERE content != '' ORDER BY id"
+        )
     )
     known = index.documents()
-    changed = [i for i, length in known.items() if stored.get(i) != length]
+    changed = [i for i, tag in known.items() if stored.get(i) != tag]
     index.remove(changed)
     backlog[:] = [doc for doc in backlog if stored.get(doc[0]) == doc[2]]  # (deleted meanwhile)
     # Past the memory bound the oldest messages were dropped to make room:
@@ -230,11 +244,12 @@ def _sync(
         batch = wanted[max(0, end - _BATCH) : end]
         marks = ",".join("?" * len(batch))
         rows = conn.execute(
-            f"SELECT id, content FROM messages WHERE id IN ({marks}) ORDER BY id DESC", batch
+            f"SELECT id, content, created_at FROM messages WHERE id IN ({marks}) ORDER BY id DESC",
+            batch,
         )
-        for i, text in rows:
+        for i, text, created_at in rows:
             tokens = np.asarray(tokenizer.tokenize(text), np.int32)
-            backlog.append((i, tokens, len(text.encode("utf-8"))))
+            backlog.append((i, tokens, _tag(len(text.encode("utf-8")), created_at)))
             room -= len(tokens) + 1
             if room <= 0:
                 full = True

@@ -56,6 +56,8 @@ def reply_footer(stats: Mapping[str, Any] | None) -> str:
     stop = stats.get("stop")
     if stop in ("cancelled", "window closed", "interrupted"):
         parts.append("stopped" if stop == "cancelled" else "interrupted")
+    if stats.get("continued"):
+        parts.append("continued")
     if stats.get("error"):
         parts.append(f"error: {stats['error']}")
     return " · ".join(parts)

@@ -7,31 +7,41 @@ round's text is revealed over the time a round takes instead of at once.
 Messages are Markdown (``markdown.render``, Qt's own reader). Links open in
 the system browser (http, https and mailto only: replies are untrusted
 text), never inside the app; a code block's "Copy" link puts its code on the
-clipboard.
+clipboard. A document attached to a message (``gambit.storage.documents``)
+shows as one line, its name and size, with a link that shows its text.
+
+The view knows where each message starts, so that a click, a right-click or
+Alt+Up/Down makes one the current message (``current``), which the
+per-message actions act on (``gambit.ui.message_actions``).
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from PySide6.QtCore import QUrl, Slot
+from PySide6.QtCore import QPoint, QUrl, Signal, Slot
 from PySide6.QtGui import (
     QColor,
+    QContextMenuEvent,
     QDesktopServices,
     QFont,
+    QFontDatabase,
     QGuiApplication,
+    QMouseEvent,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
     QTextDocumentFragment,
 )
-from PySide6.QtWidgets import QTextBrowser, QWidget
+from PySide6.QtWidgets import QMenu, QTextBrowser, QWidget
 
 from gambit.engine.pacing import StreamPacer
+from gambit.storage.documents import Document, format_size, split
 from gambit.storage.reply_stats import reply_footer as reply_footer  # (re-exported)
 from gambit.ui import markdown
 
@@ -39,6 +49,7 @@ log = logging.getLogger(__name__)
 
 OPENABLE_SCHEMES: Final = frozenset({"http", "https", "mailto"})
 MESSAGE_GAP: Final = 14  # px under each message
+DOCUMENT_SCHEME: Final = "gambit-document"  # a link that shows or hides a document
 
 
 @dataclass
@@ -47,9 +58,14 @@ class ChatMessage:
     text: str
     drafted: list[bool] = field(default_factory=list)
     footer: str = ""  # reply_footer(): "128 tokens · 95.0 tok/s · … · 1.42× vs plain"
+    id: int | None = None  # the stored message's (None: not stored)
 
 
 class ChatView(QTextBrowser):
+    # The context menu of a message is about to show: (menu, message index);
+    # the per-message actions add themselves to it.
+    message_menu = Signal(QMenu, int)
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("chatView")
@@ -69,11 +85,16 @@ class ChatView(QTextBrowser):
         self._stream_dirty = False
         self._code: dict[str, str] = {}  # copy address -> code block text
         self.last_copied = ""
+        self._starts: list[int] = []  # document position where each message begins
+        self._expanded: set[str] = set()  # documents shown whole ("<message>.<n>")
+        self.current: int | None = None  # the message the per-message actions act on
 
     # ---- whole conversation
     def set_messages(self, messages: list[ChatMessage]) -> None:
         self.messages = list(messages)
         self._streaming = None
+        self._expanded.clear()
+        self.current = None
         self._render_all()
 
     def append_message(self, message: ChatMessage) -> None:
@@ -88,14 +109,26 @@ class ChatView(QTextBrowser):
         self._render_all()
 
     # ---- the streaming reply
-    def begin_reply(self) -> ChatMessage:
+    def begin_reply(self, msg_id: int | None = None) -> ChatMessage:
         self.pacer.reset()
-        reply = ChatMessage("assistant", "")
+        reply = ChatMessage("assistant", "", id=msg_id)
         self.messages.append(reply)
         self._streaming = reply
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         self._stream_anchor = cursor.position()
+        self._render_stream()
+        return reply
+
+    def resume_reply(self) -> ChatMessage | None:
+        """Stream more of the last message, a reply (Continue): what arrives is
+        added to its text. None when the last message is not a reply."""
+        if not self.messages or self.messages[-1].role != "assistant":
+            return None
+        self.pacer.reset()
+        reply = self._streaming = self.messages[-1]
+        reply.footer = ""
+        self._stream_anchor = self._starts[-1]
         self._render_stream()
         return reply
 
@@ -156,6 +189,7 @@ class ChatView(QTextBrowser):
         at_end = bar.value() >= bar.maximum() - 4
         self.clear()
         self._code.clear()
+        self._starts.clear()
         cursor = QTextCursor(self.document())
         for index, m in enumerate(self.messages):
             if m is not self._streaming:
@@ -187,16 +221,10 @@ class ChatView(QTextBrowser):
         self, cursor: QTextCursor, m: ChatMessage, index: int, streaming: bool = False
     ) -> None:
         """Insert ``m`` at ``cursor`` (at the end of the document): name, body, footer."""
+        del self._starts[index:]
+        self._starts.append(cursor.position())
         who = {"user": "You", "assistant": "Gambit", "system": "System"}.get(m.role, m.role)
         colour = "#3b82f6" if m.role == "user" else "#10b981"
-        if m.role == "assistant":
-            # while streaming, a caret at the end of the text shows it is still coming
-            text = m.text + markdown.CARET if streaming else m.text
-            body = markdown.render(text, m.drafted, self.highlight_drafted, key=str(index))
-        else:
-            body = markdown.render(m.text, None, False, key=str(index))
-        self._code.update(body.code_blocks)
-
         if cursor.position() > 0:  # below the previous message
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         name = QTextCharFormat()
@@ -206,13 +234,16 @@ class ChatView(QTextBrowser):
         heading.setBottomMargin(4)
         cursor.setBlockFormat(heading)
         cursor.insertText(who, name)
-        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-        body_start = cursor.position()
-        cursor.insertFragment(QTextDocumentFragment(body.document))
-        first = self.document().findBlock(body_start)
-        if first.length() == 1 and first.textList() is None and body_start < cursor.position():
-            # a body opening with a list or a table left an empty line under the name
-            QTextCursor(first).deletePreviousChar()
+        if m.role == "assistant":
+            # while streaming, a caret at the end of the text shows it is still coming
+            text = m.text + markdown.CARET if streaming else m.text
+            self._insert_markdown(cursor, text, m.drafted, str(index))
+        else:  # the user's: documents attached to it are shown collapsed
+            for n, part in enumerate(split(m.text)):
+                if isinstance(part, Document):
+                    self._insert_document(cursor, part, f"{index}.{n}")
+                else:
+                    self._insert_markdown(cursor, part, None, f"{index}.{n}")
         if m.footer:
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             footer = QTextCharFormat()
@@ -223,8 +254,103 @@ class ChatView(QTextBrowser):
         gap.setBottomMargin(MESSAGE_GAP)
         cursor.setBlockFormat(gap)
 
+    def _insert_markdown(
+        self, cursor: QTextCursor, text: str, drafted: list[bool] | None, key: str
+    ) -> None:
+        body = markdown.render(text, drafted, drafted is not None and self.highlight_drafted, key)
+        self._code.update(body.code_blocks)
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        body_start = cursor.position()
+        cursor.insertFragment(QTextDocumentFragment(body.document))
+        first = self.document().findBlock(body_start)
+        if first.length() == 1 and first.textList() is None and body_start < cursor.position():
+            # a body opening with a list or a table left an empty line above it
+            QTextCursor(first).deletePreviousChar()
+
+    def _insert_document(self, cursor: QTextCursor, document: Document, key: str) -> None:
+        """An attached document: its name and size, and a link that shows its
+        text (as it is, not as Markdown) or hides it again."""
+        shown = key in self._expanded
+        cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+        label = QTextCharFormat()
+        label.setFontWeight(QFont.Weight.DemiBold)
+        cursor.insertText(f"📄 {document.name} · {format_size(document.size)}  ", label)
+        link = QTextCharFormat()
+        link.setAnchor(True)
+        link.setAnchorHref(f"{DOCUMENT_SCHEME}:{key}")
+        link.setFontUnderline(True)
+        link.setForeground(QGuiApplication.palette().link())
+        cursor.insertText("Hide" if shown else "Show", link)
+        if shown:
+            code = QTextBlockFormat()
+            code.setBackground(markdown.CODE_BG)
+            mono = QTextCharFormat()
+            mono.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+            cursor.insertBlock(code, mono)
+            cursor.insertText(document.text, mono)  # (its lines become blocks like this one)
+
+    # ---- the current message, for the per-message actions
+    def message_at(self, position: int) -> int | None:
+        """The index of the message at document ``position`` (None: none)."""
+        index = bisect.bisect_right(self._starts, position) - 1
+        return index if 0 <= index < len(self.messages) else None
+
+    def message_point(self, index: int) -> QPoint:
+        """A point of the viewport on message ``index``'s name line (for a click)."""
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._starts[index] + (1 if index else 0))
+        self.setTextCursor(cursor)
+        self.ensureCursorVisible()
+        return self.cursorRect(cursor).center()
+
+    def select_message(self, index: int) -> None:
+        """Make message ``index`` the current one, its text selected and in view."""
+        if not 0 <= index < len(self.messages):
+            return
+        self.current = index
+        end = self._starts[index + 1] if index + 1 < len(self._starts) else None
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._starts[index] + (1 if index else 0))  # (after the gap)
+        if end is None:
+            cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        else:
+            cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        self.setTextCursor(cursor)
+        self.ensureCursorVisible()
+
+    def step_message(self, step: int) -> None:
+        """Make the message ``step`` away from the current one current (from the
+        last when none is)."""
+        if self.messages:
+            start = len(self.messages) if self.current is None else self.current
+            self.select_message(min(max(start + step, 0), len(self.messages) - 1))
+
+    def message_menu_at(self, point: QPoint) -> QMenu:
+        """The context menu at ``point`` (viewport coordinates): the text's own
+        entries, and the message's (``message_menu``) when one is there."""
+        menu = self.createStandardContextMenu(point)
+        index = self.message_at(self.cursorForPosition(point).position())
+        if index is not None:
+            self.current = index
+            self.message_menu.emit(menu, index)
+        return menu
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:  # noqa: N802 - Qt override
+        menu = self.message_menu_at(event.pos())
+        menu.exec(event.globalPos())
+        menu.deleteLater()
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 - Qt override
+        at = self.cursorForPosition(event.position().toPoint()).position()
+        self.current = self.message_at(at)
+        super().mousePressEvent(event)
+
     @Slot(QUrl)
     def _on_anchor_clicked(self, url: QUrl) -> None:
+        if url.scheme() == DOCUMENT_SCHEME:
+            self._expanded ^= {url.path()}
+            self._render_all()
+            return
         if url.scheme() == markdown.COPY_SCHEME:
             code = self._code.get(url.path())
             if code is not None:

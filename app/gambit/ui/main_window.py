@@ -11,23 +11,27 @@ from PySide6.QtWidgets import QInputDialog, QListWidgetItem, QMenu, QSplitter, Q
 
 from gambit.engine.pacing import REPAINT_S
 from gambit.engine.reply import GenerationConfig
-from gambit.errors import GambitError
 from gambit.models.library import ModelLibrary
 from gambit.models.settings_check import model_file_problems
 from gambit.qt.compat import give_to_qt_parents
-from gambit.qt.worker import EngineInfo, EngineRequest, ReplyDelta, ReplyResult, WorkerThread
+from gambit.qt.reply_stream import ReplyResult
+from gambit.qt.worker import EngineInfo, EngineRequest, WorkerThread
+from gambit.storage.continuing import can_continue
 from gambit.storage.conversations import ConversationStore
-from gambit.storage.history import prompt_messages
+from gambit.storage.documents import compose
 from gambit.storage.history_memory import HistoryMemory, memory_folder
 from gambit.storage.settings import MODEL_FIELDS, RELOADS, Settings, SettingsStore
-from gambit.ui.chat_view import ChatMessage, reply_footer
+from gambit.ui.attachments import Attachments
+from gambit.ui.chat_view import ChatMessage
 from gambit.ui.menus import MenuBar
+from gambit.ui.message_actions import MessageActions
 from gambit.ui.models_dialog.dialog import ModelsDialog
-from gambit.ui.reply_record import run_lengths, shown_messages, stats_dict, title_from
+from gambit.ui.reply_flow import ReplyFlow
+from gambit.ui.reply_record import shown_messages, title_from
 from gambit.ui.settings_dialog import SettingsDialog
 from gambit.ui.stats_panel import StatsPanel
 from gambit.ui.window_layout import WindowPanes
-from gambit.ui.window_widgets import LatencyProbe, exec_once, named, open_message
+from gambit.ui.window_widgets import LatencyProbe, exec_once, named
 from gambit.ui.worker_lost import offer_local
 
 if TYPE_CHECKING:
@@ -35,14 +39,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The streaming reply is written to the history this often (and at every stop),
-# so that a crash or a kill loses at most this much of it.
-AUTOSAVE_MS = 1000
-
 
 class MainWindow(WindowPanes):
     request_load = Signal(object, object)  # EngineRequest (or EngineConfig), None
-    request_generate = Signal(object, object)  # list[Message], GenerationConfig
     request_forget_memory = Signal(object)  # folder, to EngineWorker.forget_lookup_memory
 
     def __init__(
@@ -63,15 +62,12 @@ class MainWindow(WindowPanes):
         self.worker = self.worker_thread.worker
         self.engine_info: EngineInfo | None = None
         self.conversation_id: int | None = None
-        self.generating = False
-        self._reply_id: int | None = None
-        self._saved_text: str | None = None  # the reply's text as last written
         self._worker_lost: str | None = None  # why the engine went with a lost worker
         # A setting that reloads the models changed while a reply was running.
         self._reload_after_reply = False
         self._deriving = False  # the load under way searches for layers to skip first
         self.local_service: LocalService | None = None  # Tools → Local server, once opened
-        self._closing = False
+        self.closing = False
         self._build()
         give_to_qt_parents(self)  # one owner per widget (see there)
         self._connect()
@@ -83,10 +79,15 @@ class MainWindow(WindowPanes):
         else:
             self.new_conversation()
         if settings_store.load_errors:
-            self._show_error("Some settings could not be read and were reset",
-                             "\n".join(settings_store.load_errors))  # fmt: skip
+            self.show_error("Some settings could not be read and were reset",
+                            "\n".join(settings_store.load_errors))  # fmt: skip
         if history_notice:
-            self._show_error("Chat history", history_notice, warning=True)
+            self.show_error("Chat history", history_notice, warning=True)
+
+    @property
+    def generating(self) -> bool:
+        """Whether a reply is under way (from its row's making to its end)."""
+        return self.replies.generating
 
     # ------------------------------------------------------------------ layout
     def _build(self) -> None:
@@ -107,10 +108,17 @@ class MainWindow(WindowPanes):
         self._repaint.setInterval(round(REPAINT_S * 1000))
         self._repaint.timeout.connect(self.chat.flush_reply)
         self._repaint.start()
-        self._autosave = QTimer(self)
-        self._autosave.setInterval(AUTOSAVE_MS)
-        self._autosave.timeout.connect(self._save_partial)
-        self._update_buttons()
+        self.replies = ReplyFlow(self, self, self.worker, self.stats)
+        self.message_actions = MessageActions(self, self)
+        self.menuBar().insertMenu(
+            self.menus.menus["viewMenu"].menuAction(), self.message_actions.menu("&Message")
+        )
+        self.attachments = Attachments(self, self.attachment_bar,
+                                       (self.input.viewport(), self.chat.viewport()))  # fmt: skip
+        self.attach_button.setToolTip(self.attachments.action.toolTip())
+        file_menu = self.menus.menus["fileMenu"]
+        file_menu.insertAction(file_menu.actions()[1], self.attachments.action)
+        self.update_buttons()
 
     def _build_toolbar(self) -> None:
         toolbar = named(QToolBar("Main"), "mainToolbar")
@@ -131,23 +139,22 @@ class MainWindow(WindowPanes):
     def _connect(self) -> None:
         w = self.worker
         self.request_load.connect(w.load)
-        self.request_generate.connect(w.generate)
         self.request_forget_memory.connect(w.forget_lookup_memory)
         w.load_progress.connect(self._on_load_progress)
         w.loaded.connect(self._on_loaded)
         w.load_failed.connect(self._on_load_failed)
         w.load_cancelled.connect(self._on_load_cancelled)
-        w.delta.connect(self._on_delta)
         w.served.connect(self.stats.set_snapshot)  # replies of the local server
-        w.finished.connect(self._on_finished)
-        w.failed.connect(self._on_failed)
         w.engine_lost.connect(self._on_engine_lost)
+        self.replies.ended.connect(self._on_reply_ended)
         self.input.submitted.connect(self.send)
         self.send_button.clicked.connect(self.send)
-        self.stop_button.clicked.connect(self.stop)
+        self.stop_button.clicked.connect(self.replies.stop)
         self.cancel_load_button.clicked.connect(self.cancel_load)
         self.load_button.clicked.connect(self.load_engine)
-        self.regen_button.clicked.connect(self.regenerate)
+        self.regen_button.clicked.connect(lambda: self.regenerate())
+        self.continue_button.clicked.connect(self.continue_reply)
+        self.attach_button.clicked.connect(self.attachments.pick)
         self.new_button.clicked.connect(self.new_conversation)
         self.search.textChanged.connect(self._refresh_list)
         self.list.currentItemChanged.connect(self._on_conversation_selected)
@@ -182,7 +189,7 @@ class MainWindow(WindowPanes):
         self.load_button.hide()
         self._deriving = request.derives
         self.request_load.emit(request, None)
-        self._update_buttons()
+        self.update_buttons()
 
     @Slot(str)
     def _on_load_progress(self, text: str) -> None:
@@ -207,7 +214,7 @@ class MainWindow(WindowPanes):
         self.stats.clear()
         self.model_label.setText("No model loaded")
         self.statusBar().showMessage("Loading cancelled: no model is loaded")
-        self._update_buttons()
+        self.update_buttons()
 
     @Slot(object)
     def _on_loaded(self, info: EngineInfo) -> None:
@@ -223,7 +230,7 @@ class MainWindow(WindowPanes):
         self.stats.set_engine(info)
         self.statusBar().showMessage(f"Ready — loaded in {info.load_seconds:.1f} s", 5000)
         self._update_speculation_label()
-        self._update_buttons()
+        self.update_buttons()
 
     @Slot(str)
     def _on_load_failed(self, message: str) -> None:
@@ -234,8 +241,8 @@ class MainWindow(WindowPanes):
         self.stats.clear()  # no figure may outlive the model it measured
         self.model_label.setText("No model loaded")
         self.statusBar().showMessage("The model could not be loaded — see Settings", 10000)
-        self._show_error("The model could not be loaded", message)
-        self._update_buttons()
+        self.show_error("The model could not be loaded", message)
+        self.update_buttons()
 
     def _drop_layer_skip(self, reason: str) -> None:
         """Self-speculation was chosen but is not used: the settings say so too
@@ -245,7 +252,7 @@ class MainWindow(WindowPanes):
             self.settings_store.save(self.settings)
         except Exception as exc:  # the model runs; only the choice is not remembered
             log.warning("could not save the settings: %s", exc)
-        self._show_error(
+        self.show_error(
             "Self-speculation is off",
             f"{reason}\n\nReplies use plain decoding; the drafter (Settings → Models → "
             "Drafter) is set back to None (choose one there again at any time).",
@@ -254,40 +261,67 @@ class MainWindow(WindowPanes):
 
     # ------------------------------------------------------------- chatting
     # Every step from Send to the request reaching the worker either completes
-    # or leaves the window idle with a message: the typed text stays in the
-    # input box until it is stored, and "generating" is set only once the
-    # reply's row exists and the request is about to go.
+    # or leaves the window idle with a message: the typed text (and the
+    # attached documents) stay in the input until stored (``ReplyFlow``).
     @Slot()
     def send(self) -> None:
         text = self.input.toPlainText().strip()
-        if not text or self.generating:
+        documents = self.attachment_bar.documents
+        if not (text or documents) or not self._ready_for_reply():
             return
+        if self._send(compose(text, documents), title_from(text or documents[0].name)):
+            self.input.clear()
+            self.attachment_bar.take()
+
+    def send_edited(self, msg_id: int, content: str) -> None:
+        """Edit and resend: ``content`` replaces message ``msg_id`` and those after it."""
+        if self.conversation_id is None or not self._ready_for_reply():
+            return
+        if self._generation_config() is None:  # (said why; nothing deleted yet)
+            return
+        try:
+            self.store.delete_from(msg_id)  # (the new text gets a new row: see history_memory)
+        except Exception as exc:
+            self.report("The message could not be replaced", exc)
+            return
+        self.show_conversation(self.conversation_id)
+        self._send(content, None)
+
+    def _ready_for_reply(self) -> bool:
+        """Whether a reply can start now (else the window says why)."""
+        if self.generating:
+            return False
         if self.engine_info is None:
             if self._worker_lost is not None:  # say again what happened and what helps
                 offer_local(self, self._worker_lost, self.continue_locally)
             else:
                 self.statusBar().showMessage("The model is not loaded yet.", 5000)
-            return
+            return False
+        return True
+
+    def _send(self, content: str, title: str | None) -> bool:
+        """Store ``content`` as the user's message and start the reply; False
+        (and why, said) when it was not stored."""
         config = self._generation_config()
         if config is None:
-            return
+            return False
         if self.conversation_id is None:
             self.new_conversation()
             if self.conversation_id is None:
-                return  # it said why; the text stays in the input box
+                return False  # it said why; the text stays in the input box
         try:
-            self.store.add_message(self.conversation_id, "user", text)
+            msg_id = self.store.add_message(self.conversation_id, "user", content)
         except Exception as exc:
-            self._report("The message could not be saved, so it was not sent", exc)
-            return
-        self.input.clear()  # stored: from here on it is in the history
-        self.chat.append_message(ChatMessage("user", text))
+            self.report("The message could not be saved, so it was not sent", exc)
+            return False
+        self.chat.append_message(ChatMessage("user", content, id=msg_id))
         try:
-            if self.store.get(self.conversation_id).title == "New chat":
-                self.store.rename(self.conversation_id, title_from(text))
+            if title and self.store.get(self.conversation_id).title == "New chat":
+                self.store.rename(self.conversation_id, title)
         except Exception as exc:  # the message is stored; only its title is missing
             log.warning("could not title conversation %s: %s", self.conversation_id, exc)
-        self._start_reply(config)
+        self.replies.start(self.conversation_id, config)
+        return True
 
     def _generation_config(self) -> GenerationConfig | None:
         """The reply's sampling settings, or None (and a message) if they cannot be used."""
@@ -295,103 +329,63 @@ class MainWindow(WindowPanes):
             return self.settings.generation_config()
         except ValueError as exc:
             problems = self.settings.validate() or [str(exc)]
-            self._show_error(
+            self.show_error(
                 "The settings cannot be used",
                 "\n".join(problems) + "\n\nCorrect them in Settings, then send again.",
             )
             return None
 
-    def _start_reply(self, config: GenerationConfig) -> None:
-        assert self.conversation_id is not None
-        try:
-            stored = self.store.messages(self.conversation_id)
-            history = prompt_messages(stored, self.settings.system_prompt)
-            self._reply_id = self.store.add_message(
-                self.conversation_id, "assistant", "", complete=False
-            )
-        except Exception as exc:
-            self._report("The reply could not be started", exc)
-            return
-        self._saved_text = ""
-        self.chat.begin_reply()
-        self.stats.start_reply()
-        self.generating = True
-        self._update_buttons()
-        self._autosave.start()
-        self.request_generate.emit(history, config)
-
-    @Slot()
-    def stop(self) -> None:
-        if self.generating:
-            self.worker.cancel()
-            self._save_partial()
-            self.statusBar().showMessage("Stopping…", 2000)
-
-    @Slot()
-    def regenerate(self) -> None:
-        if self.generating or self.conversation_id is None or self.engine_info is None:
+    def regenerate(self, reply_id: int | None = None) -> None:
+        """Write reply ``reply_id`` (None: the last message, a reply) again; the
+        messages after it go."""
+        if self.conversation_id is None or not self._ready_for_reply():
             return
         config = self._generation_config()
         if config is None:
             return
         try:
             messages = self.store.messages(self.conversation_id)
-            if not messages or messages[-1].role != "assistant":
+            chosen = [m for m in messages if m.id == reply_id] if reply_id else messages[-1:]
+            if not chosen or chosen[0].role != "assistant":
                 return
-            self.store.delete_from(messages[-1].id)
-            self._show_conversation(self.conversation_id)
+            self.store.delete_from(chosen[0].id)
+            self.show_conversation(self.conversation_id)
         except Exception as exc:
-            self._report("The reply could not be regenerated", exc)
+            self.report("The reply could not be regenerated", exc)
             return
-        self._start_reply(config)
+        self.replies.start(self.conversation_id, config)
 
     @Slot()
-    def _save_partial(self) -> None:
-        """Write the reply as far as it has streamed, if it grew since the last write."""
-        text, drafted = self.chat.streamed()  # held back by even streaming too
-        if self._reply_id is None or self.chat.streaming is None or text == self._saved_text:
+    def continue_reply(self) -> None:
+        """Continue: more of the last reply, which was cut."""
+        if self.conversation_id is None or not self._ready_for_reply():
             return
-        stats = {"stop": "interrupted", "drafted": run_lengths(drafted)}
+        config = self._generation_config()
+        if config is None:
+            return
         try:
-            self.store.update_message(self._reply_id, text, False, stats)
+            messages = self.store.messages(self.conversation_id)
         except Exception as exc:
-            # Not again for this reply (a locked file would stall the window each
-            # time); the write at the end tries once more and says if it fails.
-            self._autosave.stop()
-            log.warning("could not save the streaming reply: %s", exc)
-            self.statusBar().showMessage(f"The reply is not being saved: {exc}", 10000)
+            self.report("The reply could not be continued", exc)
             return
-        self._saved_text = text
-
-    @Slot(object)
-    def _on_delta(self, delta: ReplyDelta) -> None:
-        self.chat.add_to_reply(delta.text, delta.drafted, delta.round_s)
-        if delta.snapshot is not None:
-            self.stats.set_snapshot(delta.snapshot)
-
-    @Slot(object)
-    def _on_finished(self, result: ReplyResult) -> None:
-        self._finish_reply(result, error=None)
-
-    @Slot(str, object)
-    def _on_failed(self, message: str, partial: ReplyResult | None) -> None:
-        self._finish_reply(partial, error=message)
-        if not self._closing:
-            self._show_error("The reply could not be completed", message)
+        if not can_continue(messages):
+            self.statusBar().showMessage("The last message is not a cut reply to continue.", 5000)
+            return
+        self.show_conversation(self.conversation_id)  # (as stored: the view may be behind)
+        self.replies.resume(messages, config)
 
     @Slot(str, object)
     def _on_engine_lost(self, message: str, partial: ReplyResult | None) -> None:
         """A worker holding the target's layers is gone and the engine with it: the
         reply so far is saved, and the window offers to go on on this machine.
         (Lost during a measurement, there is no reply: nothing is stored.)"""
-        if self.generating:
-            self._finish_reply(partial, error=message)
+        self.replies.finish(partial, error=message)
         self.engine_info = None
         self._worker_lost = message
         self.stats.set_engine(None)
         self.model_label.setText("No model loaded: a worker was lost")
-        self._update_buttons()
-        if not self._closing:
+        self.update_buttons()
+        if not self.closing:
             offer_local(self, message, self.continue_locally)
 
     @Slot()
@@ -404,35 +398,14 @@ class MainWindow(WindowPanes):
         else:
             self.load_engine()
 
-    def _finish_reply(self, result: ReplyResult | None, error: str | None) -> None:
-        self._autosave.stop()
-        text = result.text if result else self.chat.streamed()[0]
-        failure: Exception | None = None
-        stats = stats_dict(result, error)
-        if self._reply_id is not None:
-            complete = result is not None and error is None and not result.stopped_early
-            try:
-                self.store.update_message(self._reply_id, text, complete, stats)
-            except Exception as exc:
-                failure = exc
-        try:
-            self.chat.end_reply(reply_footer(stats))  # as it will read when reopened
-            if result is not None and result.snapshot.n_tokens:
-                self.stats.set_snapshot(result.snapshot)  # every figure from this reply
-            else:
-                self.stats.clear()  # no reply (refused, stopped at once): no figure at all
-        finally:  # whatever failed, the window is idle again
-            self.generating = False
-            self._reply_id = None
-            self._saved_text = None
-            self._update_buttons()
-            if self._reload_after_reply and not self._closing:
-                self._reload_after_reply = False
-                self.load_engine()  # settings changed during the reply
-        if failure is not None:
-            if not self._closing:
-                self._report("The reply is shown but could not be saved", failure)
+    @Slot()
+    def _on_reply_ended(self) -> None:
+        self.update_buttons()
+        if self.closing:
             return
+        if self._reload_after_reply:
+            self._reload_after_reply = False
+            self.load_engine()  # settings changed during the reply
         self._refresh_list(keep_selection=True)
 
     # --------------------------------------------------------- conversations
@@ -447,12 +420,12 @@ class MainWindow(WindowPanes):
         try:
             conv_id = self.store.create()
         except Exception as exc:  # a full disk at start must not stop the window opening
-            self._report("A new chat could not be started", exc)
+            self.report("A new chat could not be started", exc)
             return
         self.search.clear()
         self.conversation_id = conv_id
         self._refresh_list()
-        self._show_conversation(conv_id)
+        self.show_conversation(conv_id)
         self.input.setFocus()
 
     @Slot(object, object)
@@ -462,11 +435,18 @@ class MainWindow(WindowPanes):
         conv_id = self.list.conversation_id(item)
         if conv_id != self.conversation_id or not self.chat.messages:
             self.conversation_id = conv_id
-            self._show_conversation(conv_id)
+            self.show_conversation(conv_id)
 
-    def _show_conversation(self, conv_id: int) -> None:
+    def show_conversation(self, conv_id: int) -> None:
         self.chat.set_messages(shown_messages(self.store.messages(conv_id)))
-        self._update_buttons()
+        self.update_buttons()
+
+    def open_conversation(self, conv_id: int) -> None:
+        """Show conversation ``conv_id`` (one just made: Branch from here), selected."""
+        self.search.clear()
+        self.conversation_id = conv_id
+        self._refresh_list()
+        self.show_conversation(conv_id)
 
     @Slot(QPoint)
     def _on_list_menu(self, pos: QPoint) -> None:
@@ -547,7 +527,7 @@ class MainWindow(WindowPanes):
         if any(getattr(old, f) != getattr(new, f) for f in MODEL_FIELDS):
             problems = model_file_problems(new)
             if problems:
-                self._show_error("The settings were not applied", "\n".join(problems.values()))
+                self.show_error("The settings were not applied", "\n".join(problems.values()))
                 return False
         self.settings = new
         self.settings_store.save(new)
@@ -568,18 +548,29 @@ class MainWindow(WindowPanes):
         return True
 
     # ---------------------------------------------------------------- helpers
-    def _update_buttons(self) -> None:
+    def update_buttons(self) -> None:
         ready = self.engine_info is not None
         # (after a lost worker, Send says what happened and offers to go on here)
         lost = self._worker_lost is not None
         self.send_button.setEnabled((ready or lost) and not self.generating)
         self.stop_button.setEnabled(self.generating)
+        idle = ready and not self.generating
         msgs = self.chat.messages
-        self.regen_button.setEnabled(
-            ready and not self.generating and bool(msgs) and msgs[-1].role == "assistant"
-        )
+        self.regen_button.setEnabled(idle and bool(msgs) and msgs[-1].role == "assistant")
+        cut = self._last_was_cut()
+        self.continue_button.setEnabled(idle and cut)
         self.list.setEnabled(not self.generating)
         self.new_button.setEnabled(not self.generating)
+        self.message_actions.update(continuable=cut)
+
+    def _last_was_cut(self) -> bool:
+        """Whether the conversation's last message is a reply that may be continued."""
+        if self.conversation_id is None or not self.chat.messages:
+            return False
+        try:
+            return can_continue(self.store.messages(self.conversation_id))
+        except Exception:  # (a store that cannot be read says so where it is used)
+            return False
 
     def _update_speculation_label(self) -> None:
         info = self.engine_info
@@ -591,30 +582,11 @@ class MainWindow(WindowPanes):
             text = f"Speculation: {info.drafter_label}, {self.settings.policy}"
         self.spec_label.setText(text)
 
-    def _report(self, title: str, exc: Exception) -> None:
-        """Tell the user about ``exc``; the traceback goes to the log if it is a bug."""
-        if isinstance(exc, GambitError):
-            message = str(exc)
-        else:
-            log.error("%s", title, exc_info=exc)
-            message = f"Unexpected error: {exc!r}. The log has the details."
-        self._show_error(title, message)
-
-    def _show_error(self, title: str, message: str, warning: bool = False) -> None:
-        open_message(self, title, message, warning)
-
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
-        if self._closing:  # (closed already: the app closes it again after exec())
+        if self.closing:  # (closed already: the app closes it again after exec())
             return super().closeEvent(event)
-        self._closing = True
-        self._autosave.stop()  # nothing writes once the history is closed below
-        if self.generating and self._reply_id is not None:
-            # Save what has streamed so far before anything else can fail.
-            partial = self.chat.streamed()[0]
-            try:
-                self.store.update_message(self._reply_id, partial, False, {"stop": "window closed"})
-            except Exception:  # closing must not fail: the last autosave is what remains
-                log.exception("could not save the reply while closing")
+        self.closing = True
+        self.replies.save_on_close()  # (before anything else can fail)
         if self.local_service is not None:
             self.local_service.stop()  # its requests end with the window's engine
         self.worker_thread.stop()

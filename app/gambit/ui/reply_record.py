@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gambit.qt.worker import ReplyResult
+from gambit.qt.reply_stream import ReplyResult
 from gambit.storage.conversations import title_from as title_from  # (re-exported)
 from gambit.storage.rows import StoredMessage
 from gambit.ui.chat_view import ChatMessage, reply_footer
@@ -39,6 +39,20 @@ def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
         # run-length encoded per-character drafted flags, to redraw the highlight
         "drafted": run_lengths(result.drafted),
     }
+
+
+def continued_stats(before: dict[str, Any] | None, stats: dict[str, Any]) -> dict[str, Any]:
+    """The stats of a reply after Continue: the figures of its latest part
+    (its rate and speedup), the token count of the whole reply, and how many
+    times it was continued (the footer says "continued")."""
+    earlier = _count(before, "tokens")
+    return {**stats, "tokens": earlier + _count(stats, "tokens"),
+            "continued": _count(before, "continued") + 1}  # fmt: skip
+
+
+def _count(stats: dict[str, Any] | None, key: str) -> int:
+    value = (stats or {}).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def run_lengths(flags: tuple[bool, ...]) -> list[int]:
@@ -70,5 +84,6 @@ def shown_messages(stored: Iterable[StoredMessage]) -> list[ChatMessage]:
     for m in stored:
         footer = reply_footer(m.stats) if m.role == "assistant" else ""
         drafted = list(m.stats.get("drafted", [])) if m.stats else []
-        shown.append(ChatMessage(m.role, m.content, expand(drafted, len(m.content)), footer))
+        flags = expand(drafted, len(m.content))
+        shown.append(ChatMessage(m.role, m.content, flags, footer, id=m.id))
     return shown

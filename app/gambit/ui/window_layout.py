@@ -1,8 +1,11 @@
 """The main window's panes, built: the conversation sidebar, the chat area and
 the status bar. ``MainWindow`` lays them out (with its toolbar) and gives them
-their behaviour; this module only makes the widgets and names them."""
+their behaviour; this module only makes the widgets and names them, and
+opens the window's message boxes."""
 
 from __future__ import annotations
+
+import logging
 
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -15,10 +18,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gambit.errors import GambitError
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings
 from gambit.ui.chat_view import ChatView
-from gambit.ui.window_widgets import ConversationList, InputEdit, named
+from gambit.ui.window_widgets import (
+    AttachmentBar,
+    ConversationList,
+    InputEdit,
+    named,
+    open_message,
+)
+
+log = logging.getLogger(__name__)
 
 
 class WindowPanes(QMainWindow):
@@ -51,15 +63,20 @@ class WindowPanes(QMainWindow):
         self.input = named(InputEdit(), "inputEdit")
         self.input.setPlaceholderText("Message Gambit — Enter to send, Shift+Enter for a new line")
         self.input.setFixedHeight(96)
+        self.attachment_bar = AttachmentBar()
         buttons = QHBoxLayout()
+        self.attach_button = named(QPushButton("Attach…"), "attachButton")
         self.send_button = named(QPushButton("Send"), "sendButton")
         self.send_button.setDefault(True)
         self.stop_button = named(QPushButton("Stop"), "stopButton")
         self.regen_button = named(QPushButton("Regenerate"), "regenerateButton")
+        self.continue_button = named(QPushButton("Continue"), "continueButton")
+        buttons.addWidget(self.attach_button)
         buttons.addStretch(1)
-        for b in (self.regen_button, self.stop_button, self.send_button):
+        for b in (self.continue_button, self.regen_button, self.stop_button, self.send_button):
             buttons.addWidget(b)
         col.addWidget(self.chat, 1)
+        col.addWidget(self.attachment_bar)
         col.addWidget(self.input)
         col.addLayout(buttons)
         return centre
@@ -88,3 +105,15 @@ class WindowPanes(QMainWindow):
             self.statusBar().addPermanentWidget(
                 named(QLabel("⚠ Chats are not being saved"), "historyNotSavedLabel")
             )
+
+    def report(self, title: str, exc: Exception) -> None:
+        """Tell the user about ``exc``; the traceback goes to the log if it is a bug."""
+        if isinstance(exc, GambitError):
+            message = str(exc)
+        else:
+            log.error("%s", title, exc_info=exc)
+            message = f"Unexpected error: {exc!r}. The log has the details."
+        self.show_error(title, message)
+
+    def show_error(self, title: str, message: str, warning: bool = False) -> None:
+        open_message(self, title, message, warning)

@@ -10,15 +10,18 @@ from PySide6.QtCore import QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QDialog,
+    QHBoxLayout,
     QListWidget,
     QListWidgetItem,
     QMessageBox,
     QPlainTextEdit,
     QStyledItemDelegate,
     QStyleOptionViewItem,
+    QToolButton,
     QWidget,
 )
 
+from gambit.storage.documents import Document, format_size
 from gambit.storage.rows import ConversationSummary
 
 _W = TypeVar("_W", bound=QObject)
@@ -82,6 +85,51 @@ class ConversationList(QListWidget):
     @staticmethod
     def conversation_id(item: QListWidgetItem) -> int:
         return int(item.data(Qt.ItemDataRole.UserRole))
+
+
+class AttachmentBar(QWidget):
+    """The documents attached to the next message, one chip each: its name and
+    size, and a click removes it. Hidden while there are none."""
+
+    changed = Signal()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setObjectName("attachmentBar")
+        self.documents: list[Document] = []
+        self._row = QHBoxLayout(self)
+        self._row.setContentsMargins(0, 0, 0, 0)
+        self._row.addStretch(1)
+        self.hide()
+
+    def add(self, document: Document) -> None:
+        self.set([*self.documents, document])
+
+    def set(self, documents: Iterable[Document]) -> None:
+        self.documents = list(documents)
+        while self._row.count() > 1:  # (the stretch stays last)
+            item = self._row.takeAt(0)
+            old = item.widget() if item is not None else None
+            if old is not None:
+                old.deleteLater()
+        for n, document in enumerate(self.documents):
+            chip = QToolButton()
+            chip.setObjectName("attachmentChip")
+            chip.setText(f"📄 {document.name} · {format_size(document.size)}  ✕")
+            chip.setToolTip(f"Remove {document.name} from the message")
+            chip.clicked.connect(lambda _=False, n=n: self.remove(n))
+            self._row.insertWidget(n, chip)
+        self.setVisible(bool(self.documents))
+        self.changed.emit()
+
+    def remove(self, n: int) -> None:
+        self.set(d for i, d in enumerate(self.documents) if i != n)
+
+    def take(self) -> list[Document]:
+        """The documents, and the bar emptied (the message took them)."""
+        documents = self.documents
+        self.set(())
+        return documents
 
 
 class LatencyProbe:
