@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from PySide6.QtGui import QIcon, QImage
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
@@ -50,7 +51,7 @@ real_exec = QApplication.exec  # static in PySide6
 
 def exec_briefly(*_args):
     # Close the window as a user would: the engine thread stops, then the app quits.
-    QTimer.singleShot(2500, QApplication.closeAllWindows)
+    QTimer.singleShot(int(sys.argv[1]), QApplication.closeAllWindows)
     return real_exec()
 
 QApplication.exec = exec_briefly
@@ -61,13 +62,21 @@ sys.exit(code)
 """
 
 
-def test_gui_starts_with_icon_logging_and_crash_handler(smol_q4_1: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("close_ms", [2500, 300])
+def test_gui_starts_with_icon_logging_and_crash_handler(
+    smol_q4_1: Path, tmp_path: Path, close_ms: int
+) -> None:
+    """Started and closed as a user would; closed at 300 ms, the models are
+    still loading (a fresh home: the kernels are probed first), and the load
+    stops there without a message box nobody would answer."""
     models = tmp_path / "data" / "models"
     models.mkdir(parents=True)
     (models / DEFAULT_MODEL_FILE).symlink_to(smol_q4_1)  # no download
     env = {**os.environ, "GAMBIT_HOME": str(tmp_path), "QT_QPA_PLATFORM": "offscreen"}
+    if close_ms < 1000:
+        env.pop("GAMBIT_CACHE", None)  # its own cache: the kernels are probed during the load
     proc = subprocess.run(
-        [sys.executable, "-c", GUI_DRIVER],
+        [sys.executable, "-c", GUI_DRIVER, str(close_ms)],
         capture_output=True,
         text=True,
         env=env,

@@ -199,9 +199,9 @@ class EngineWorker(QObject):
             self.loaded.emit(info)
             self._recall(engine)  # (a long history is read while the user types)
             self._keep_reading_later()
-        except OperationCancelledError as exc:
+        except OperationCancelledError:
             if self._closing.is_set():
-                self.load_failed.emit(str(exc))
+                log.info("the window closed during a load: the load stopped")
             else:
                 self._cancel.clear()  # (it was meant for this load only)
                 self.load_cancelled.emit()

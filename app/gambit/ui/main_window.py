@@ -234,6 +234,8 @@ class MainWindow(WindowPanes):
 
     @Slot(str)
     def _on_load_failed(self, message: str) -> None:
+        if self.closing:  # (a load the closing window stopped: nobody to tell)
+            return
         self.engine_info = None
         self.load_busy.hide()
         self.cancel_load_button.hide()
