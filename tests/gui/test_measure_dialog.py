@@ -336,7 +336,7 @@ def test_a_draft_of_the_library_is_measured_and_recommended_only_beyond_its_nois
     for path in (q4_1_first4, q4_1_first8, smol_q8_0):
         library.import_file(path)
     dialog = open_dialog(qtbot, window)
-    offered = {str(p): box for p, box in dialog.candidate_boxes.items()}
+    offered = {str(p): box for p, box in dialog.candidates_group.boxes.items()}
     assert list(offered) == [str(q4_1_first4)]  # not the chosen draft, not the full model
     box = offered[str(q4_1_first4)]
     assert not box.isChecked() and "through text" not in box.text()  # same tokenizer

@@ -51,17 +51,13 @@ from gambit.bench import (
 )
 from gambit.engine.drafters.registry import DRAFTING, spec
 from gambit.errors import GambitError
-from gambit.formats.gguf_info import inspect_model
-from gambit.models.default_model import default_model_file
-from gambit.models.library import ModelLibrary
-from gambit.models.memory import format_size
-from gambit.models.pairing import drafts_through_text
 from gambit.qt.compat import give_to_qt_parents
 from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage import measurements
 from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations
 from gambit.storage.settings import Settings
 from gambit.ui import theme
+from gambit.ui.measure_candidates import CandidateDraft, CandidateDrafts, no_drafts
 from gambit.ui.measure_results import MeasureResults
 from gambit.words import counted
 
@@ -69,41 +65,6 @@ TURNS_ROLE = Qt.ItemDataRole.UserRole + 1  # a conversation item's user turns
 POLICIES = (("adaptive", "Adaptive γ", True), ("fixed=2", "Fixed γ=2", False),
             ("fixed=4", "Fixed γ=4", True), ("fixed=8", "Fixed γ=8", False))  # fmt: skip
 DEFAULT_REPLY_TOKENS = 96
-
-
-@dataclass(frozen=True)
-class CandidateDraft:
-    """A model of the library that could draft for the target, to measure."""
-
-    path: Path
-    label: str  # "SmolLM2-135M-Instruct Q4_1, 98 MB · through text"
-
-
-def library_drafts(settings: Settings, library: ModelLibrary | None = None) -> list[CandidateDraft]:
-    """The library's models much cheaper than the settings' target that can
-    draft for it (other tokenizers through text), the chosen draft left out:
-    Measure compares those it loads already."""
-    target = settings.target_path() or default_model_file()
-    if target is None:
-        return []
-    try:
-        target_info = inspect_model(target)
-        found = (library or ModelLibrary()).drafts_for(target_info)
-    except (GambitError, OSError):
-        return []  # (the Models dialog says what is wrong with a library or a file)
-    chosen = settings.draft_path()
-    out = []
-    for info in found:
-        if chosen is not None and info.path.resolve() == chosen.resolve():
-            continue
-        how = " · through text" if drafts_through_text(target_info, info) else ""
-        size = format_size(info.file_size)
-        out.append(CandidateDraft(info.path, f"{info.name} {info.quantization}, {size}{how}"))
-    return out
-
-
-def _no_drafts() -> list[CandidateDraft]:
-    return []
 
 
 @dataclass(frozen=True)
@@ -118,7 +79,7 @@ class MeasureHost:
     busy: Callable[[], bool]  # a reply is being generated
     measurements_dir: Path | None = None  # None: the data folder's
     # The library's models that could draft for the target (``library_drafts``)
-    drafts: Callable[[], list[CandidateDraft]] = field(default=_no_drafts)
+    drafts: Callable[[], list[CandidateDraft]] = field(default=no_drafts)
 
 
 def time_left(seconds: float | None) -> str:
@@ -178,7 +139,8 @@ class MeasureDialog(QDialog):
         col.setContentsMargins(0, 0, 6, 0)
         col.addWidget(self._build_chats(), 2)
         col.addWidget(self._build_compare())
-        col.addWidget(self._build_candidates())
+        self.candidates_group = CandidateDrafts()
+        col.addWidget(self.candidates_group)
         self._build_run(col)
         col.addWidget(self._build_earlier(), 2)
         splitter.addWidget(left)
@@ -198,6 +160,7 @@ class MeasureDialog(QDialog):
         for box in (*self.drafter_boxes.values(), self.trees_box, *self.policy_boxes.values()):
             box.toggled.connect(lambda _on: self._on_choice_changed())
         self.last_turns.valueChanged.connect(lambda _n: self._on_choice_changed())
+        self.candidates_group.changed.connect(self._on_choice_changed)
 
     def _build_chats(self) -> QGroupBox:
         self.chats_group = chats = QGroupBox("Conversations")
@@ -247,20 +210,6 @@ class MeasureDialog(QDialog):
         grid.addLayout(drafters_col)
         grid.addLayout(policies_col)
         return compare
-
-    def _build_candidates(self) -> QGroupBox:
-        """The library's other possible drafts, each measured under the adaptive
-        policy when ticked (loaded next to the target for its replays)."""
-        self.candidates_group = group = QGroupBox("Other drafts from the library")
-        group.setObjectName("candidateDrafts")
-        self.candidates_col = QVBoxLayout(group)
-        self.candidate_boxes: dict[Path, QCheckBox] = {}
-        self.no_candidates = theme.muted_label(
-            "No other model of the library is much cheaper than the target: add one in "
-            "Models to measure it as a draft."
-        )
-        self.candidates_col.addWidget(self.no_candidates)
-        return group
 
     def _build_run(self, col: QVBoxLayout) -> None:
         """Reply length, Measure and Cancel, the progress bar, status and time left."""
@@ -367,31 +316,12 @@ class MeasureDialog(QDialog):
             if trees
             else "Switch on Settings → Speculation → Tree drafts to compare trees"
         )
-        self._refresh_candidates()
+        self.candidates_group.refresh(self.host.drafts())
         self._on_choice_changed()
-
-    def _refresh_candidates(self) -> None:
-        """One box per candidate draft, unticked (each costs a load and its
-        replays); a box the user ticked stays ticked while its model is offered."""
-        ticked = {p for p, b in self.candidate_boxes.items() if b.isChecked()}
-        for box in self.candidate_boxes.values():
-            self.candidates_col.removeWidget(box)
-            box.deleteLater()
-        self.candidate_boxes = {}
-        candidates = self.host.drafts()
-        for i, cand in enumerate(candidates):
-            box = QCheckBox(cand.label)
-            box.setObjectName(f"candidateDraft{i}")
-            box.setToolTip(str(cand.path))
-            box.setChecked(cand.path in ticked)
-            box.toggled.connect(lambda _on: self._on_choice_changed())
-            self.candidate_boxes[cand.path] = box
-            self.candidates_col.addWidget(box)
-        self.no_candidates.setVisible(not candidates)
 
     def chosen_drafts(self) -> tuple[str, ...]:
         """The candidate drafts ticked, as files."""
-        return tuple(str(p) for p, b in self.candidate_boxes.items() if b.isChecked())
+        return self.candidates_group.chosen()
 
     def refresh_earlier(self, select_first: bool = False) -> None:
         self.earlier.blockSignals(True)

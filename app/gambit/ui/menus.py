@@ -326,7 +326,8 @@ class MenuBar(QObject):
         """The "Measure on my chats" dialog, window-modal: the engine is busy
         replaying while it runs, so the chat waits. (The measuring code and its
         charts load here, not at start-up.)"""
-        from gambit.ui.measure_dialog import MeasureDialog, MeasureHost, library_drafts
+        from gambit.ui.measure_candidates import library_drafts
+        from gambit.ui.measure_dialog import MeasureDialog, MeasureHost
 
         w, h = self.window, self.host
         if self._measure is None:
