@@ -206,14 +206,19 @@ class MainWindow(WindowPanes):
 
     @Slot()
     def _on_load_cancelled(self) -> None:
+        self._without_model("Loading cancelled: no model is loaded")
+        self.load_button.show()
+
+    def _without_model(self, status: str, timeout_ms: int = 0) -> None:
+        """A load ended with no model: nothing claims one, and no figure
+        outlives the model it measured."""
         self.engine_info = None
         self.load_busy.hide()
         self.cancel_load_button.hide()
-        self.load_button.show()
         self.stats.set_engine(None)
         self.stats.clear()
         self.model_label.setText("No model loaded")
-        self.statusBar().showMessage("Loading cancelled: no model is loaded")
+        self.statusBar().showMessage(status, timeout_ms)
         self.update_buttons()
 
     @Slot(object)
@@ -236,15 +241,8 @@ class MainWindow(WindowPanes):
     def _on_load_failed(self, message: str) -> None:
         if self.closing:  # (a load the closing window stopped: nobody to tell)
             return
-        self.engine_info = None
-        self.load_busy.hide()
-        self.cancel_load_button.hide()
-        self.stats.set_engine(None)
-        self.stats.clear()  # no figure may outlive the model it measured
-        self.model_label.setText("No model loaded")
-        self.statusBar().showMessage("The model could not be loaded — see Settings", 10000)
+        self._without_model("The model could not be loaded — see Settings", 10000)
         self.show_error("The model could not be loaded", message)
-        self.update_buttons()
 
     def _drop_layer_skip(self, reason: str) -> None:
         """Self-speculation was chosen but is not used: the settings say so too
