@@ -34,9 +34,11 @@ def library_drafts(settings: Settings, library: ModelLibrary | None = None) -> l
     target = settings.target_path() or default_model_file()
     if target is None:
         return []
+    library = library or ModelLibrary()
     try:
-        target_info = inspect_model(target)
-        found = (library or ModelLibrary()).drafts_for(target_info)
+        known = library.get(target)  # (its header read once, when it was added)
+        target_info = known.info if known is not None else inspect_model(target)
+        found = library.drafts_for(target_info)
     except (GambitError, OSError):
         return []  # (the Models dialog says what is wrong with a library or a file)
     chosen = settings.draft_path()
