@@ -111,14 +111,24 @@ def test_a_sync_to_what_was_just_decoded_decodes_nothing(rt_q4_1: ModelRuntime) 
     assert rt_q4_1.sync(prompt, logits=False) == 0 and rt_q4_1.kv_tokens == prompt
 
 
-def test_behind_counts_a_restart_on_the_recent_window(rt_q4_1: ModelRuntime) -> None:
+def test_a_prompt_is_read_whole_and_a_long_catch_up_restarts_on_the_recent_window(
+    rt_q4_1: ModelRuntime,
+) -> None:
     rt_q4_1.clear()
     drafter = DraftModelDrafter(rt_q4_1, max_catch_up=16, window=24)
     prompt = rt_q4_1.tokenize(TEXT)
     assert len(prompt) > 40
-    assert drafter.behind(prompt) == 24
+    # A prompt is read whole, past the window: a request's instruction sits
+    # at its start ("Rewrite in the past tense: ..."), where a draft reading
+    # only the last 24 tokens would never see it.
+    assert drafter.behind(prompt) == len(prompt)
     drafter.prepare(prompt)
-    assert rt_q4_1.kv_tokens == prompt[-24:]
+    assert rt_q4_1.kv_tokens == prompt
+    # Mid-reply, more than max_catch_up tokens behind (a stretch decoded
+    # plainly): the draft restarts on the context's last 24 tokens instead.
+    later = prompt + prompt
+    drafter.draft(later, 2, SamplingParams(temperature=0.0), np.random.default_rng(0))
+    assert rt_q4_1.kv_tokens[:24] == later[-24:]
 
 
 def test_a_prompt_not_worth_reading_is_left_unread(
