@@ -24,7 +24,7 @@ from gambit.engine.pacing import REPAINT_S
 from gambit.engine.policy import FixedGamma
 from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.ui.chat_view import ChatView
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."

@@ -22,8 +22,8 @@ from gambit.engine.chat import Message
 from gambit.engine.kernels import KernelProbe
 from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import EngineConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.formats import layerskip_file
 from gambit.models import layerskip
 from gambit.qt.reply_stream import ReplyResult

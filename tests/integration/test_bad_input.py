@@ -28,8 +28,8 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatib
 from gambit.engine.policy import FixedGamma
 from gambit.engine.reply import GenerationConfig, Round, StopReason
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import (
     ContextOverflowError,
     EmptyModelFileError,
@@ -302,7 +302,7 @@ import sys
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ContextOverflowError
 
 rt = ModelRuntime(sys.argv[1], RuntimeOptions(n_ctx=128, n_threads=1))

@@ -18,10 +18,10 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.policy import FixedGamma
 from gambit.engine.reply import GenerationConfig, Round, StopReason
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.text_stream import TextStream
 from gambit.engine.tokens import common_prefix_length
+from gambit.engine.verification.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 # One thread: the machine's two cores are shared with other jobs, and llama.cpp's

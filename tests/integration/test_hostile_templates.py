@@ -18,9 +18,9 @@ import pytest
 from gambit.engine.chat import ChatTemplate, Message
 from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.template_sandbox import RenderCancelledError, RenderLimits
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ChatTemplateError
 from gguf_fixtures import copy_gguf
 

@@ -28,7 +28,7 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatib
 from gambit.engine.policy import FixedGamma
 from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.formats.layerskip_file import read_layer_skip_info, write_layer_skip_model
 
 SKIPPED = (12, 18, 24)

@@ -33,7 +33,7 @@ from gambit.engine.kernels import KernelConfig
 from gambit.engine.policy import FixedGamma
 from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams, process
+from gambit.engine.verification.sampling import SamplingParams, process
 
 PROMPTS = [
     "Explain in three sentences why the sky is blue.",

@@ -25,8 +25,8 @@ from gambit.bench.measure import (
 from gambit.engine.chat import Message
 from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.storage import measurements
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history_turns import read_turns

@@ -12,7 +12,7 @@ from gambit.engine.estimates import CostModel
 from gambit.engine.policy import FixedGamma
 from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.verification.sampling import SamplingParams
 
 GREEDY = GenerationConfig(max_tokens=12, sampling=SamplingParams(temperature=0.0, seed=0))
 TEXT = "Rewrite in the past tense: Tom walks his dog along the river every morning. " * 4

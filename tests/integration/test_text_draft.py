@@ -23,7 +23,7 @@ from gambit.engine.drafters.text_draft import GREEDY, TextDraftDrafter
 from gambit.engine.policy import FixedGamma
 from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.verification.sampling import SamplingParams
 
 CONFIG = GenerationConfig(max_tokens=48, sampling=SamplingParams(temperature=0.0))
 

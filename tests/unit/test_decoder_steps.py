@@ -20,7 +20,7 @@ from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.policy import FixedGamma
 from gambit.engine.reply import GenerationConfig, Round, StopReason
 from gambit.engine.runtime import FloatRows
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ContextOverflowError
 
 VOCAB = 12

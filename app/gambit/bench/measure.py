@@ -46,9 +46,9 @@ from gambit.engine.kernels import cpu_id
 from gambit.engine.metrics import GenerationStats, speedup
 from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.runtime import default_threads
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, Replay
 from gambit.engine.template_sandbox import RenderCancelledError
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ContextOverflowError, GambitError
 from gambit.storage.history_turns import HistoryTurn
 

@@ -69,8 +69,8 @@ from gambit.engine.pacing import REPAINT_S, shown_times
 from gambit.engine.policy import DEFAULT_GAMMA_MAX
 from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig, GammaController
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError
 from gambit.formats.layerskip_file import write_layer_skip_model
 from gambit.models.drafter_files import resolve_drafter_file

@@ -25,8 +25,8 @@ from gambit.engine.metrics import NO_FIGURE, GenerationStats, format_sources, sp
 from gambit.engine.placement import TargetPlacement, WorkerShare, cost_curve
 from gambit.engine.policy import PolicyMode
 from gambit.engine.reply import GenerationConfig, Round
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig, GammaController
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
 
 TARGET_ONLY = "target-only"

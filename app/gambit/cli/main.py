@@ -41,8 +41,8 @@ from gambit.engine.metrics import (
 )
 from gambit.engine.policy import DEFAULT_GAMMA_MAX
 from gambit.engine.reply import GenerationConfig
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.fsutil import NO_COUNTS, Progress
 from gambit.models.default_model import default_model_path

@@ -39,8 +39,8 @@ from gambit.engine.kernels import KernelChoice, KernelProbe
 from gambit.engine.metrics import GenerationStats
 from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import RuntimeOptions, default_threads
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError
 from gambit.logs import setup_logging
 from gambit.models.default_model import DEFAULT_MODEL_FILE, bundled_model_path, default_model_path

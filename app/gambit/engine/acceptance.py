@@ -9,7 +9,7 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.policy import DEFAULT_GAMMA, FixedGamma
 from gambit.engine.reply import GenerationConfig
 from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.verification.sampling import SamplingParams
 
 
 def greedy_acceptance(

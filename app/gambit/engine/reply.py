@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.verification.sampling import SamplingParams
 
 
 class StopReason(str, enum.Enum):

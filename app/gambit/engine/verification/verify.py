@@ -22,8 +22,8 @@ from typing import Protocol
 
 import numpy as np
 
-from gambit.engine.sampling import Distribution
-from gambit.engine.tree import DraftTree
+from gambit.engine.verification.sampling import Distribution
+from gambit.engine.verification.tree import DraftTree
 
 
 class UniformSource(Protocol):

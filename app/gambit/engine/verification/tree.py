@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from gambit.engine.sampling import Distribution
+from gambit.engine.verification.sampling import Distribution
 
 
 @dataclass(frozen=True)
