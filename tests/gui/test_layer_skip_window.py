@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.models.layerskip import ensure_layer_skip_draft
 from gambit.models.library import ModelLibrary
 from gambit.storage.conversations import ConversationStore

@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import QObject, Qt, Signal
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import EngineConfig
 from gambit.qt.worker import EngineInfo, WorkerThread
 from gambit.storage.conversations import ConversationStore

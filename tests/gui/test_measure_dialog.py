@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 from pytestqt.qtbot import QtBot
 
 from gambit.bench import MeasureProgress
-from gambit.engine.target_host import HostedRuntime
+from gambit.engine.machine.target_host import HostedRuntime
 from gambit.models.library import ModelLibrary
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.measurements import measurements_dir

@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.target_host import HostedRuntime
+from gambit.engine.machine.target_host import HostedRuntime
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.main_window import MainWindow

@@ -25,9 +25,9 @@ import pytest
 from gambit.engine.chat import ChatPromptBuilder, Message
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.policy import FixedGamma
 from gambit.engine.reply import GenerationConfig, Round, StopReason
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import (
@@ -301,7 +301,7 @@ _BETWEEN_SIZES = """
 import sys
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ContextOverflowError
 

@@ -19,8 +19,8 @@ import pytest
 
 from gambit.engine.chat import Message
 from gambit.engine.continuation import KeptTokens, whole_text
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.reply import GenerationConfig, Round
-from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.verification.sampling import SamplingParams
 

@@ -16,8 +16,8 @@ import gguf
 import pytest
 
 from gambit.engine.chat import ChatTemplate, Message
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.reply import GenerationConfig, StopReason
-from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.template_sandbox import RenderCancelledError, RenderLimits
 from gambit.engine.verification.sampling import SamplingParams

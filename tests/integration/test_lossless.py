@@ -29,10 +29,10 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.drafters.text_draft import TextDraftDrafter
-from gambit.engine.kernels import KernelConfig
+from gambit.engine.machine.kernels import KernelConfig
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.policy import FixedGamma
 from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.verification.sampling import SamplingParams, process
 
 PROMPTS = [

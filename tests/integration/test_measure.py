@@ -23,8 +23,8 @@ from gambit.bench.measure import (
     run_measurement,
 )
 from gambit.engine.chat import Message
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.storage import measurements

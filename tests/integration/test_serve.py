@@ -20,7 +20,7 @@ from typing import Any
 import openai
 import pytest
 
-from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.serve.jobs import ThreadHost

@@ -61,14 +61,14 @@ from gambit.bench.parts import PartTimes, time_parts
 from gambit.bench.regimes_report import markdown_table, save_chart, text_table
 from gambit.bench.runner import TARGET_ONLY, BenchPrompt, ModeTotals, load_prompts, run_once
 from gambit.bench.targets import TargetSpec, derive_targets, parse_targets
-from gambit.engine.backend import detect_backend
 from gambit.engine.drafters.registry import DRAFTING, TREE_DRAFTERS, DrafterKind, spec
 from gambit.engine.estimates import CostModel
-from gambit.engine.kernels import cpu_id
+from gambit.engine.machine.backend import detect_backend
+from gambit.engine.machine.kernels import cpu_id
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.pacing import REPAINT_S, shown_times
 from gambit.engine.policy import DEFAULT_GAMMA_MAX
 from gambit.engine.reply import GenerationConfig, Round
-from gambit.engine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig, GammaController
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from gambit.engine.chat import Message
+from gambit.engine.machine.placement import TargetPlacement, WorkerShare, cost_curve
 from gambit.engine.metrics import NO_FIGURE, GenerationStats, format_sources, speedup
-from gambit.engine.placement import TargetPlacement, WorkerShare, cost_curve
 from gambit.engine.policy import PolicyMode
 from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.session import Engine, EngineConfig, GammaController

@@ -26,11 +26,11 @@ from gambit.cli.models import add_models_parser, run_models
 from gambit.cli.serve import add_serve_args, serve
 from gambit.cli.setting_flags import add_setting_flags, dest, settings_from_args
 from gambit.cli.stop_signals import StopSignals
-from gambit.engine import rpc
-from gambit.engine.busy import LoadMeter
 from gambit.engine.chat import Message
 from gambit.engine.drafters.registry import DRAFTERS, DrafterSpec, combined_kind
-from gambit.engine.limits import positive_int_arg
+from gambit.engine.machine import rpc
+from gambit.engine.machine.busy import LoadMeter
+from gambit.engine.machine.limits import positive_int_arg
 from gambit.engine.metrics import (
     NO_FIGURE,
     MetricsSnapshot,

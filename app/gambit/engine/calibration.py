@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from gambit.engine.estimates import CostModel
-from gambit.engine.kernels import build_id, cpu_id
-from gambit.engine.runtime import ModelRuntime
+from gambit.engine.machine.kernels import build_id, cpu_id
+from gambit.engine.machine.runtime import ModelRuntime
 from gambit.fsutil import write_atomic
 
 log = logging.getLogger(__name__)

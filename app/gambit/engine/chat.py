@@ -21,7 +21,7 @@ from typing import Literal
 
 import jinja2
 
-from gambit.engine.runtime import ModelRuntime
+from gambit.engine.machine.runtime import ModelRuntime
 from gambit.engine.template_sandbox import (
     LimitedSandbox,
     RenderCancelledError,

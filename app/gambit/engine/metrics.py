@@ -285,7 +285,7 @@ class MetricsSnapshot:
     n_side: int = 0  # side nodes drafted in this reply
     side_gain: int = 0  # draft tokens accepted thanks to side nodes in this reply
     # Set when other programs kept the cores busy while the reply was timed
-    # (gambit.engine.busy): "other programs used 1.0 of 2 cores".
+    # (gambit.engine.machine.busy): "other programs used 1.0 of 2 cores".
     busy: str | None = None
     # Accepted draft tokens by what drafted them, where a drafter has sources.
     accepted_by_drafter: tuple[tuple[str, int], ...] = ()

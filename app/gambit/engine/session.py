@@ -39,16 +39,16 @@ from gambit.engine.drafters.registry import (
 )
 from gambit.engine.drafters.text_draft import TextDraftDrafter
 from gambit.engine.estimates import CostModel
-from gambit.engine.kernels import KernelChoice, KernelProbe
+from gambit.engine.machine.kernels import KernelChoice, KernelProbe
+from gambit.engine.machine.model_loading import Progress, choose_kernels, load_draft_runtime
+from gambit.engine.machine.placement import TargetPlacement
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.target_host import HostedRuntime, open_target
+from gambit.engine.machine.tokens import common_prefix_length
 from gambit.engine.metrics import GenerationStats, plain_tokens_per_s, reply_baseline
-from gambit.engine.model_loading import Progress, choose_kernels, load_draft_runtime
-from gambit.engine.placement import TargetPlacement
 from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, Decision, FixedGamma, PolicyMode
 from gambit.engine.reply import GenerationConfig, Round, StopReason
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.target_host import HostedRuntime, open_target
 from gambit.engine.template_sandbox import RenderCancelledError
-from gambit.engine.tokens import common_prefix_length
 from gambit.errors import ModelFileError
 
 if TYPE_CHECKING:

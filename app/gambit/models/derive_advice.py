@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gambit.engine.estimates import CostModel
-from gambit.engine.kernels import KernelProbe
+from gambit.engine.machine.kernels import KernelProbe
 from gambit.engine.policy import DEFAULT_GAMMA_MAX
 from gambit.formats.gguf_file import check_model_file
 from gambit.formats.gguf_info import quantization_name

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from gambit.engine.calibration import calibrate
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.policy import DEFAULT_GAMMA_MAX
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import ModelFileError
 from gambit.formats.gguf_file import check_model_file
 from gambit.formats.layerskip_file import (

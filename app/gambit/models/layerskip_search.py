@@ -21,7 +21,7 @@ import numpy as np
 
 from gambit.engine.chat import ChatPromptBuilder, Message
 from gambit.engine.estimates import CostModel, chain_speedup
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import GambitError
 from gambit.formats.layerskip_file import (
     Cancel,

@@ -82,7 +82,7 @@ def _import_ui() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["--gambit-kernel-probe"]:  # a bundle starts itself as the probe child
-        from gambit.engine.kernel_child import child_main
+        from gambit.engine.machine.kernel_child import child_main
 
         return child_main(args_in[1:])
     if args_in[:1] and args_in[0] in BUNDLE_FLAGS:  # a bundle starts itself as pip / derive

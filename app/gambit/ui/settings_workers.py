@@ -1,6 +1,6 @@
 """The settings dialog's Workers page: other machines that hold the target's layers.
 
-Each address is a ``gambit-worker`` (llama.cpp's RPC backend, ``gambit.engine.rpc``).
+Each address is a ``gambit-worker`` (llama.cpp's RPC backend, ``gambit.engine.machine.rpc``).
 Test asks the selected workers (or all) for their memory in a task thread, so
 that a worker that does not answer costs the dialog nothing while it waits.
 """
@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gambit.engine import rpc
+from gambit.engine.machine import rpc
 from gambit.errors import GambitError
 from gambit.fsutil import Progress
 from gambit.qt.tasks import Job, TaskThread

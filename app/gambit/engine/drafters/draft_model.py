@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
-from gambit.engine.runtime import ModelRuntime
-from gambit.engine.tokens import common_prefix_length
+from gambit.engine.machine.runtime import ModelRuntime
+from gambit.engine.machine.tokens import common_prefix_length
 from gambit.engine.verification.sampling import Distribution, SamplingParams, process
 from gambit.engine.verification.tree import DraftTree, chain_tree
 from gambit.errors import IncompatibleDraftError

@@ -36,7 +36,7 @@ from gambit.engine.drafters.text_align import (
     PieceIndex,
     target_proposal,
 )
-from gambit.engine.runtime import ModelRuntime
+from gambit.engine.machine.runtime import ModelRuntime
 from gambit.engine.verification.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0)

@@ -26,11 +26,11 @@ import llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
 
-from gambit.engine import rpc
-from gambit.engine.kernels import KernelConfig, implied_kernels
-from gambit.engine.limits import threads_problem
-from gambit.engine.llama_lib import ensure_backend
-from gambit.engine.tokens import common_prefix_length
+from gambit.engine.machine import rpc
+from gambit.engine.machine.kernels import KernelConfig, implied_kernels
+from gambit.engine.machine.limits import threads_problem
+from gambit.engine.machine.llama_lib import ensure_backend
+from gambit.engine.machine.tokens import common_prefix_length
 from gambit.errors import ContextOverflowError, DecodeAbortedError, DecodeError, ModelLoadError
 from gambit.formats.gguf_file import check_model_file
 
@@ -134,14 +134,14 @@ class RuntimeOptions:
     # Cost measured here: ~8 % slower single-token decoding at 200-600 tokens
     # of context (SmolLM2 Q8_0, 2 threads).
     strict_batch_invariance: bool = True
-    # The kernels to run on, as chosen by the probe (gambit.engine.kernels);
+    # The kernels to run on, as chosen by the probe (gambit.engine.machine.kernels);
     # None: those strict_batch_invariance implies (EXACT, or llama.cpp's own
     # defaults, which can crash on some CPUs: Engine always probes first).
     kernels: KernelConfig | None = None
     # Most KV sequences in use at once: 1 for chains; a token tree needs one
     # per leaf (``decode_tree``), all in one unified cache.
     n_seq_max: int = 1
-    # Workers (gambit.engine.rpc) that hold the target's layers: n_gpu_layers
+    # Workers (gambit.engine.machine.rpc) that hold the target's layers: n_gpu_layers
     # of them (-1 or 0: all), split by their free memory; the rest stay here.
     rpc_workers: tuple[str, ...] = ()
 

@@ -2,7 +2,7 @@
 
 One set of ctypes bindings to ggml's backend registry, for the memory
 estimates (``gambit.models.memory``), the devices a worker serves and the RPC
-backend (``gambit.engine.rpc``).
+backend (``gambit.engine.machine.rpc``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from gambit.engine.llama_lib import ensure_backend
+from gambit.engine.machine.llama_lib import ensure_backend
 
 # ggml-backend.h: enum ggml_backend_dev_type
 _DEVICE_TYPE_CPU = 0

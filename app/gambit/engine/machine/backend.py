@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import llama_cpp as ll
 
-from gambit.engine.devices import gpu_devices
-from gambit.engine.llama_lib import ensure_backend
-from gambit.engine.runtime import default_threads
+from gambit.engine.machine.devices import gpu_devices
+from gambit.engine.machine.llama_lib import ensure_backend
+from gambit.engine.machine.runtime import default_threads
 from gambit.words import counted
 
 

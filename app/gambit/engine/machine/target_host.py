@@ -32,11 +32,11 @@ import llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
 
-from gambit.engine import devices, rpc
-from gambit.engine.kernels import implied_kernels
-from gambit.engine.llama_lib import ensure_backend
-from gambit.engine.placement import placement_for
-from gambit.engine.runtime import FloatRows, ModelRuntime, RuntimeOptions
+from gambit.engine.machine import devices, rpc
+from gambit.engine.machine.kernels import implied_kernels
+from gambit.engine.machine.llama_lib import ensure_backend
+from gambit.engine.machine.placement import placement_for
+from gambit.engine.machine.runtime import FloatRows, ModelRuntime, RuntimeOptions
 from gambit.errors import (
     ContextOverflowError,
     DecodeAbortedError,

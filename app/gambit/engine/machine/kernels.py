@@ -10,7 +10,7 @@ Two knobs change llama.cpp's kernels without changing the model:
   the same kernel (see docs/adr/0001), an F16 cache can be a little faster.
 
 A configuration may crash the process, so each one is tried in a child
-process (``python -I -m gambit.engine.kernel_child``): a prefill batch, every
+process (``python -I -m gambit.engine.machine.kernel_child``): a prefill batch, every
 verification batch size 1..k_max, batched against single-token logits, and
 the speed of both. A child that dies by a signal, hangs or fails marks the
 configuration it was running unusable; the survivors are compared.
@@ -57,7 +57,7 @@ from typing import Any, ClassVar, Literal
 
 import llama_cpp as ll
 
-from gambit.engine.llama_lib import ensure_backend
+from gambit.engine.machine.llama_lib import ensure_backend
 from gambit.errors import GambitError
 from gambit.formats.probe_model import layout_digest, write_probe_model
 from gambit.fsutil import remove_stale, write_atomic
@@ -522,4 +522,4 @@ def child_command() -> list[str]:
     found through the working directory (-I), or the bundled app itself."""
     if getattr(sys, "frozen", False):
         return [sys.executable, CHILD_FLAG]
-    return [sys.executable, "-I", "-m", "gambit.engine.kernel_child"]
+    return [sys.executable, "-I", "-m", "gambit.engine.machine.kernel_child"]

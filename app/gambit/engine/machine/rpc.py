@@ -13,7 +13,7 @@ of the vendored protocol shape this module:
   when a connect, a handshake or a reply fails) and sets no timeouts. So
   ``probe`` speaks the handshake itself, in Python, with timeouts, before
   llama.cpp ever connects; and a target that uses workers runs in a process
-  of its own (``gambit.engine.target_host``), whose death is a message.
+  of its own (``gambit.engine.machine.target_host``), whose death is a message.
 - **Requests and replies are framed the same way**: a request is
   ``cmd (u8) | size (u64) | payload``, a reply ``size (u64) | payload``.
 """
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import llama_cpp as ll
 
-from gambit.engine import devices
-from gambit.engine.devices import DeviceMemory, LocalDevice
+from gambit.engine.machine import devices
+from gambit.engine.machine.devices import DeviceMemory, LocalDevice
 from gambit.errors import GambitError
 from gambit.words import counted
 

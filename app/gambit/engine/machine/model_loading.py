@@ -1,5 +1,5 @@
 """Loading a model on the kernels that suit it here: the crash-safe probe's
-verdict (``gambit.engine.kernels``), asked before llama.cpp loads the file.
+verdict (``gambit.engine.machine.kernels``), asked before llama.cpp loads the file.
 
 The target runs the kernels its settings ask for (batch-invariant ones by
 default); a draft model always runs the fastest that work, since its numerics
@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from gambit.engine.devices import gpu_devices
-from gambit.engine.kernels import EXACT, KernelChoice, KernelProbe, implied_kernels
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions, default_threads
+from gambit.engine.machine.devices import gpu_devices
+from gambit.engine.machine.kernels import EXACT, KernelChoice, KernelProbe, implied_kernels
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions, default_threads
 from gambit.formats.gguf_file import read_header
 
 Progress = Callable[[str], None]  # what a load is doing now, in a sentence

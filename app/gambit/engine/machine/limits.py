@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from gambit.engine import rpc
+from gambit.engine.machine import rpc
 from gambit.errors import GambitError
 
 THREADS_MAX = 512  # more than any machine Gambit runs on has cores

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gambit.engine.devices import DeviceMemory
 from gambit.engine.estimates import CostModel
-from gambit.engine.rpc import WorkerInfo
+from gambit.engine.machine.devices import DeviceMemory
+from gambit.engine.machine.rpc import WorkerInfo
 from gambit.words import counted
 
 
@@ -44,7 +44,7 @@ def split_layers(
     total = n_layer + 1
     if not devices:
         return total, ()
-    # (gambit.engine.runtime passes 999, "all", for n_gpu_layers <= 0 with workers)
+    # (gambit.engine.machine.runtime passes 999, "all", for n_gpu_layers <= 0 with workers)
     ngl = 999 if n_gpu_layers <= 0 else n_gpu_layers
     free = [host_free if d.free == 0 and d.total == 0 else d.free for d in devices]
     weights = np.array(free, dtype=np.float32)

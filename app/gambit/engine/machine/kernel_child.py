@@ -1,5 +1,5 @@
 """The kernel probe's child: runs kernel configurations on a model, in a
-process of its own, because one may crash it (``gambit.engine.kernels``
+process of its own, because one may crash it (``gambit.engine.machine.kernels``
 starts it, reads what it prints and keeps the verdict).
 
 It prints ``start KEY`` before each configuration and ``result {json}``
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gambit.engine.kernels import COMPARED_ROWS, PROBE_CONTEXT, KernelConfig, ProbeResult
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.kernels import COMPARED_ROWS, PROBE_CONTEXT, KernelConfig, ProbeResult
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 
 _FILLER = (
     "Speculative decoding lets a small model propose a few tokens and a large model "
@@ -119,7 +119,7 @@ def measure(
 
 
 def child_main(argv: Sequence[str]) -> int:
-    """``python -m gambit.engine.kernel_child MODEL THREADS GPU_LAYERS K_MAX CONFIG...``"""
+    """``python -m gambit.engine.machine.kernel_child MODEL THREADS GPU_LAYERS K_MAX CONFIG...``"""
     logging.getLogger("gambit.llama").setLevel(logging.CRITICAL)
     model, threads, gpu_layers, k_max = Path(argv[0]), int(argv[1]), int(argv[2]), int(argv[3])
     done: dict[KernelConfig, ProbeResult] = {}
