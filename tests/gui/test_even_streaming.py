@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.chat import ChatPromptBuilder, Message
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.machine.runtime import ModelRuntime
-from gambit.engine.pacing import REPAINT_S
 from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig, Round
+from gambit.engine.text.chat import ChatPromptBuilder, Message
+from gambit.engine.text.pacing import REPAINT_S
+from gambit.engine.text.reply import GenerationConfig, Round
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.ui.chat_view import ChatView
 

@@ -25,7 +25,7 @@ from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QDialog, QLabel, QMenu, QMessageBox, QPushButton
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.continuation import KeptTokens
+from gambit.engine.text.continuation import KeptTokens
 from gambit.storage.continuing import KEPT_TOKENS, kept_record, kept_tokens
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.rows import StoredMessage

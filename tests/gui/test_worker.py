@@ -18,11 +18,11 @@ import pytest
 from PySide6.QtCore import QObject, Signal
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.chat import Message
 from gambit.engine.machine.kernels import KernelProbe
 from gambit.engine.machine.runtime import RuntimeOptions
-from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.session import EngineConfig
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig, StopReason
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.formats import layerskip_file
 from gambit.models import layerskip

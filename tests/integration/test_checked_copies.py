@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from gambit.engine.chat import ChatTemplate, Message
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.machine.runtime import ModelRuntime
+from gambit.engine.text.chat import ChatTemplate, Message
 from gambit.engine.verification.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)

@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from gambit.engine.chat import ChatTemplate, Message
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
@@ -32,7 +31,8 @@ from gambit.engine.drafters.text_draft import TextDraftDrafter
 from gambit.engine.machine.kernels import KernelConfig
 from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig
+from gambit.engine.text.chat import ChatTemplate, Message
+from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams, process
 
 PROMPTS = [

@@ -22,10 +22,10 @@ from gambit.bench.measure import (
     plan,
     run_measurement,
 )
-from gambit.engine.chat import Message
 from gambit.engine.machine.runtime import RuntimeOptions
-from gambit.engine.reply import GenerationConfig
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.storage import measurements
 from gambit.storage.conversations import ConversationStore

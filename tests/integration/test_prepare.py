@@ -11,7 +11,7 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.estimates import CostModel
 from gambit.engine.machine.runtime import ModelRuntime
 from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig
+from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
 
 GREEDY = GenerationConfig(max_tokens=12, sampling=SamplingParams(temperature=0.0, seed=0))

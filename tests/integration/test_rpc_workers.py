@@ -22,8 +22,8 @@ from gambit.engine.machine import rpc
 from gambit.engine.machine.kernels import EXACT
 from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.machine.target_host import HostedRuntime, WorkerLostError
-from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text.reply import GenerationConfig, Round
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ModelLoadError
 from gambit.models.derive import requantize

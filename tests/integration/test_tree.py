@@ -22,7 +22,7 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig, Round
+from gambit.engine.text.reply import GenerationConfig, Round
 from gambit.engine.verification.sampling import SamplingParams
 
 TREE_OPTIONS = RuntimeOptions(n_ctx=1024, n_threads=2, n_seq_max=8)

@@ -11,7 +11,7 @@ import pytest
 from gambit.engine.controller import GammaController
 from gambit.engine.controller_learning import RoundLearning, SourceKind
 from gambit.engine.estimates import AcceptanceModel, CostModel, chain_speedup
-from gambit.engine.reply import Round
+from gambit.engine.text.reply import Round
 
 GAMMA_MAX = 8  # these tests' policy drafts at most 8 (the app's default: DEFAULT_GAMMA_MAX)
 

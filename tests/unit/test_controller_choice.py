@@ -15,7 +15,7 @@ import pytest
 from gambit.engine.controller import GammaController
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.estimates import CostModel
-from gambit.engine.reply import Round
+from gambit.engine.text.reply import Round
 
 GAMMA_MAX = 8
 MODEL = 0

@@ -10,7 +10,7 @@ import pytest
 
 from gambit.engine.controller_learning import RoundLearning, SourceKind
 from gambit.engine.estimates import CostModel
-from gambit.engine.reply import Round, StopReason
+from gambit.engine.text.reply import Round, StopReason
 
 T1 = 0.010
 

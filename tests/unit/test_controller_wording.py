@@ -13,7 +13,7 @@ from gambit.engine import controller_wording as wording
 from gambit.engine.controller import GammaController
 from gambit.engine.estimates import CostModel
 from gambit.engine.policy import PolicyMode
-from gambit.engine.reply import Round
+from gambit.engine.text.reply import Round
 
 T1 = 0.010
 NEED = f"{(GammaController.ON_ABOVE - 1) * 100:.0f} %"  # the gain needed to switch on

@@ -19,7 +19,7 @@ from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.machine.runtime import FloatRows
 from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig, Round, StopReason
+from gambit.engine.text.reply import GenerationConfig, Round, StopReason
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ContextOverflowError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gambit.engine.chat import ChatTemplate, Message
+from gambit.engine.text.chat import ChatTemplate, Message
 from gambit.errors import ChatTemplateError
 from gambit.storage.history import prompt_messages
 from gambit.storage.rows import Role, StoredMessage

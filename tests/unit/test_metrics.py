@@ -15,7 +15,7 @@ from gambit.engine.metrics import (
     plain_tokens_per_s,
     speedup,
 )
-from gambit.engine.reply import Round
+from gambit.engine.text.reply import Round
 
 
 def rnd(

@@ -37,7 +37,6 @@ from typing import Any
 from gambit.bench.costs import CALIBRATION_CONTEXT, cost_summary
 from gambit.bench.measure_report import baseline_noise, recommend, regime_sentence, turn_kind
 from gambit.bench.runner import TARGET_ONLY, ModeTotals
-from gambit.engine.chat import Message
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, DrafterKind, spec
 from gambit.engine.estimates import CostModel
 from gambit.engine.machine.backend import detect_backend
@@ -45,9 +44,10 @@ from gambit.engine.machine.busy import LoadMeter, LoadReading
 from gambit.engine.machine.kernels import cpu_id
 from gambit.engine.machine.runtime import default_threads
 from gambit.engine.metrics import GenerationStats, speedup
-from gambit.engine.reply import GenerationConfig, StopReason
 from gambit.engine.session import Engine, Replay
-from gambit.engine.template_sandbox import RenderCancelledError
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig, StopReason
+from gambit.engine.text.template_sandbox import RenderCancelledError
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ContextOverflowError, GambitError
 from gambit.storage.history_turns import HistoryTurn

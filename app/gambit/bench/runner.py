@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gambit.engine.chat import Message
 from gambit.engine.machine.placement import TargetPlacement, WorkerShare, cost_curve
 from gambit.engine.metrics import NO_FIGURE, GenerationStats, format_sources, speedup
 from gambit.engine.policy import PolicyMode
-from gambit.engine.reply import GenerationConfig, Round
 from gambit.engine.session import Engine, EngineConfig, GammaController
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig, Round
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
 

@@ -26,7 +26,6 @@ from gambit.cli.models import add_models_parser, run_models
 from gambit.cli.serve import add_serve_args, serve
 from gambit.cli.setting_flags import add_setting_flags, dest, settings_from_args
 from gambit.cli.stop_signals import StopSignals
-from gambit.engine.chat import Message
 from gambit.engine.drafters.registry import DRAFTERS, DrafterSpec, combined_kind
 from gambit.engine.machine import rpc
 from gambit.engine.machine.busy import LoadMeter
@@ -40,8 +39,9 @@ from gambit.engine.metrics import (
     format_speedup,
 )
 from gambit.engine.policy import DEFAULT_GAMMA_MAX
-from gambit.engine.reply import GenerationConfig
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.fsutil import NO_COUNTS, Progress

@@ -82,7 +82,7 @@ from gambit.engine.policy import (
     Decision,
     PolicyMode,
 )
-from gambit.engine.reply import Round
+from gambit.engine.text.reply import Round
 
 
 class GammaController:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 
 from gambit.engine.estimates import ACCEPT_WEIGHT, AcceptanceModel, CostModel
-from gambit.engine.reply import Round, StopReason
+from gambit.engine.text.reply import Round, StopReason
 
 
 class SourceKind(enum.Enum):

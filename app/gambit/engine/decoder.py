@@ -29,8 +29,8 @@ from gambit.engine.drafters.base import EMPTY_DRAFT, ChoosingDrafter, Draft, Dra
 from gambit.engine.machine.runtime import FloatRows
 from gambit.engine.machine.tokens import common_prefix_length
 from gambit.engine.policy import DEFAULT_GAMMA, FixedGamma, GammaPolicy
-from gambit.engine.reply import GenerationConfig, Round, StopReason
-from gambit.engine.text_stream import TextStream
+from gambit.engine.text.reply import GenerationConfig, Round, StopReason
+from gambit.engine.text.text_stream import TextStream
 from gambit.engine.verification.sampling import Distribution, SamplingParams, process
 from gambit.engine.verification.tree import DraftTree
 from gambit.engine.verification.verify import speculative_sample, verify_tree

@@ -64,7 +64,7 @@ from typing import Final
 import numpy as np
 
 from gambit.engine.drafters.registry import DRAFTERS
-from gambit.engine.reply import Round
+from gambit.engine.text.reply import Round
 
 # A drafter's name (Drafter.name, its short name) -> its tag: "lookup", "draft".
 _SOURCE_TAGS = {spec.short: spec.tag for spec in DRAFTERS.values()}

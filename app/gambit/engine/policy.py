@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gambit.engine.reply import Round
+from gambit.engine.text.reply import Round
 
 PolicyMode = Literal["adaptive", "fixed", "off"]
 

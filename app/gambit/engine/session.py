@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from gambit.engine.calibration import CALIBRATION_FILLER, CostStore, calibrate
-from gambit.engine.chat import ChatPrompt, ChatPromptBuilder, Message
-from gambit.engine.continuation import KeptTokens, resume_tokens
 
 # Public through this module: the policies Engine.new_controller makes, which
 # callers hold (one per mode in the bench) and hand back to use_controller.
@@ -47,8 +45,10 @@ from gambit.engine.machine.target_host import HostedRuntime, open_target
 from gambit.engine.machine.tokens import common_prefix_length
 from gambit.engine.metrics import GenerationStats, plain_tokens_per_s, reply_baseline
 from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, Decision, FixedGamma, PolicyMode
-from gambit.engine.reply import GenerationConfig, Round, StopReason
-from gambit.engine.template_sandbox import RenderCancelledError
+from gambit.engine.text.chat import ChatPrompt, ChatPromptBuilder, Message
+from gambit.engine.text.continuation import KeptTokens, resume_tokens
+from gambit.engine.text.reply import GenerationConfig, Round, StopReason
+from gambit.engine.text.template_sandbox import RenderCancelledError
 from gambit.errors import ModelFileError
 
 if TYPE_CHECKING:
@@ -524,7 +524,7 @@ class Engine:
     ) -> Iterator[Round]:
         """Stream the assistant's reply to ``messages``, one round at a time.
         ``reply``: Continue a reply to them that was cut, from its tokens
-        (``resume_tokens``), its turn left open (``gambit.engine.continuation``)."""
+        (``resume_tokens``), its turn left open (``gambit.engine.text.continuation``)."""
         builder = self.chat_builder
         try:
             prompt = builder.build(messages, config.max_tokens, cancel, reply=reply)

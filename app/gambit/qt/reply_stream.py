@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
-from gambit.engine.reply import Round, StopReason
 from gambit.engine.session import Engine
+from gambit.engine.text.reply import Round, StopReason
 
 # The stats panel repaints every 100 ms; half that keeps it current.
 SNAPSHOT_INTERVAL_S = 0.05

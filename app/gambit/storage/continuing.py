@@ -14,7 +14,7 @@ The tokens of a reply that may be continued are kept in its stats under
 out once it ends on its own (a finished reply is not continued: its tokens
 would only weigh on the file). A record that does not have that shape (an
 edited or damaged file) reads as none: the text is tokenized instead
-(``gambit.engine.continuation``).
+(``gambit.engine.text.continuation``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gambit.engine.chat import Message
-from gambit.engine.continuation import KeptTokens
+from gambit.engine.text.chat import Message
+from gambit.engine.text.continuation import KeptTokens
 from gambit.storage.history import prompt_messages
 from gambit.storage.rows import StoredMessage
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gambit.engine.chat import Message
+from gambit.engine.text.chat import Message
 from gambit.storage.rows import StoredMessage
 
 

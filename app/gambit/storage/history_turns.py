@@ -15,7 +15,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from gambit.engine.chat import Message
+from gambit.engine.text.chat import Message
 from gambit.errors import GambitError
 from gambit.storage.history import prompt_messages
 from gambit.storage.rows import StoredMessage

@@ -40,7 +40,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QMenu, QTextBrowser, QWidget
 
-from gambit.engine.pacing import StreamPacer
+from gambit.engine.text.pacing import StreamPacer
 from gambit.storage.documents import Document, format_size, split
 from gambit.storage.reply_stats import reply_footer as reply_footer  # (re-exported)
 from gambit.ui import markdown

@@ -9,8 +9,8 @@ from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QCloseEvent
 from PySide6.QtWidgets import QInputDialog, QListWidgetItem, QMenu, QSplitter, QToolBar
 
-from gambit.engine.pacing import REPAINT_S
-from gambit.engine.reply import GenerationConfig
+from gambit.engine.text.pacing import REPAINT_S
+from gambit.engine.text.reply import GenerationConfig
 from gambit.models.library import ModelLibrary
 from gambit.models.settings_check import model_file_problems
 from gambit.qt.compat import give_to_qt_parents

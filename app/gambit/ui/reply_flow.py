@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
-from gambit.engine.continuation import KeptTokens
-from gambit.engine.reply import GenerationConfig
+from gambit.engine.text.continuation import KeptTokens
+from gambit.engine.text.reply import GenerationConfig
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage.continuing import CUT_STOPS, KEPT_TOKENS, kept_record, kept_tokens

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from gambit.engine.reply import Round
+from gambit.engine.text.reply import Round
 
 # The chat view's repaint period: paced text appears at these ticks.
 REPAINT_S = 0.05

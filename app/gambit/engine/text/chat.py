@@ -22,7 +22,7 @@ from typing import Literal
 import jinja2
 
 from gambit.engine.machine.runtime import ModelRuntime
-from gambit.engine.template_sandbox import (
+from gambit.engine.text.template_sandbox import (
     LimitedSandbox,
     RenderCancelledError,
     RenderLimits,
