@@ -19,8 +19,8 @@ from pytestqt.qtbot import QtBot
 
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
+from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import ModelRuntime
-from gambit.engine.policy import FixedGamma
 from gambit.engine.text.chat import ChatPromptBuilder, Message
 from gambit.engine.text.pacing import REPAINT_S
 from gambit.engine.text.reply import GenerationConfig, Round

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QLabel, QMessageBox
 from pytestqt.qtbot import QtBot
 
 from gambit.cli.main import summary_line
-from gambit.engine.metrics import NO_FIGURE, format_rate, format_speedup
+from gambit.engine.gamma.metrics import NO_FIGURE, format_rate, format_speedup
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore

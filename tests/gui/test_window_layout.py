@@ -16,8 +16,8 @@ from PySide6.QtCharts import QChartView
 from PySide6.QtWidgets import QApplication, QLabel, QScrollArea, QToolBar, QToolButton, QWidget
 from pytestqt.qtbot import QtBot
 
+from gambit.engine.gamma.metrics import MetricsSnapshot
 from gambit.engine.machine.backend import BackendInfo
-from gambit.engine.metrics import MetricsSnapshot
 from gambit.qt.worker import EngineInfo
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore

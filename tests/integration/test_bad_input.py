@@ -24,8 +24,8 @@ import pytest
 
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
+from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.policy import FixedGamma
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.text.chat import ChatPromptBuilder, Message
 from gambit.engine.text.reply import GenerationConfig, Round, StopReason

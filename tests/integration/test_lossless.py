@@ -28,9 +28,9 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.drafters.text_draft import TextDraftDrafter
+from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.kernels import KernelConfig
 from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.policy import FixedGamma
 from gambit.engine.text.chat import ChatTemplate, Message
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams, process

@@ -12,8 +12,8 @@ import pytest
 
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
+from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.policy import FixedGamma
 from gambit.engine.text.reply import GenerationConfig, StopReason
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import DecodeAbortedError

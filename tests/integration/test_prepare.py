@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from gambit.engine.controller import GammaController
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.estimates import CostModel
+from gambit.engine.gamma.controller import GammaController
+from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import ModelRuntime
-from gambit.engine.policy import FixedGamma
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
 

@@ -19,8 +19,8 @@ import numpy as np
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.text_align import DraftContext, Drafted, target_proposal
 from gambit.engine.drafters.text_draft import GREEDY, TextDraftDrafter
+from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import ModelRuntime
-from gambit.engine.policy import FixedGamma
 from gambit.engine.text.chat import ChatTemplate, Message
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams

@@ -20,8 +20,8 @@ from test_lossless import (
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.lookup import PromptLookupDrafter
+from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.policy import FixedGamma
 from gambit.engine.text.reply import GenerationConfig, Round
 from gambit.engine.verification.sampling import SamplingParams
 

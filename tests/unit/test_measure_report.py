@@ -14,7 +14,7 @@ import pytest
 from gambit.bench.measure import TARGET_ONLY_MODE, MeasureConfig
 from gambit.bench.measure_report import PAYS_FROM, recommend, regime_sentence, report_csv, turn_kind
 from gambit.bench.runner import ModeTotals
-from gambit.engine.metrics import GenerationStats
+from gambit.engine.gamma.metrics import GenerationStats
 from gambit.engine.text.reply import Round
 
 

@@ -39,11 +39,11 @@ from gambit.bench.measure_report import baseline_noise, recommend, regime_senten
 from gambit.bench.runner import TARGET_ONLY, ModeTotals
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, DrafterKind, spec
 from gambit.engine.estimates import CostModel
+from gambit.engine.gamma.metrics import GenerationStats, speedup
 from gambit.engine.machine.backend import detect_backend
 from gambit.engine.machine.busy import LoadMeter, LoadReading
 from gambit.engine.machine.kernels import cpu_id
 from gambit.engine.machine.runtime import default_threads
-from gambit.engine.metrics import GenerationStats, speedup
 from gambit.engine.session import Engine, Replay
 from gambit.engine.text.chat import Message
 from gambit.engine.text.reply import GenerationConfig, StopReason

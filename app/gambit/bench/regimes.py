@@ -63,10 +63,10 @@ from gambit.bench.runner import TARGET_ONLY, BenchPrompt, ModeTotals, load_promp
 from gambit.bench.targets import TargetSpec, derive_targets, parse_targets
 from gambit.engine.drafters.registry import DRAFTING, TREE_DRAFTERS, DrafterKind, spec
 from gambit.engine.estimates import CostModel
+from gambit.engine.gamma.policy import DEFAULT_GAMMA_MAX
 from gambit.engine.machine.backend import detect_backend
 from gambit.engine.machine.kernels import cpu_id
 from gambit.engine.machine.runtime import RuntimeOptions
-from gambit.engine.policy import DEFAULT_GAMMA_MAX
 from gambit.engine.session import Engine, EngineConfig, GammaController
 from gambit.engine.text.pacing import REPAINT_S, shown_times
 from gambit.engine.text.reply import GenerationConfig, Round

@@ -32,11 +32,11 @@ from pathlib import Path
 from gambit import __version__
 from gambit.cli.setting_flags import add_setting_flag
 from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
+from gambit.engine.gamma.metrics import GenerationStats
 from gambit.engine.machine import rpc
 from gambit.engine.machine.backend import detect_backend
 from gambit.engine.machine.kernels import KernelChoice, KernelProbe
 from gambit.engine.machine.runtime import RuntimeOptions, default_threads
-from gambit.engine.metrics import GenerationStats
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.text.chat import Message
 from gambit.engine.text.reply import GenerationConfig

@@ -26,9 +26,9 @@ from typing import Protocol, cast
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, ChoosingDrafter, Draft, Drafter, TreeDrafter
+from gambit.engine.gamma.policy import DEFAULT_GAMMA, FixedGamma, GammaPolicy
 from gambit.engine.machine.runtime import FloatRows
 from gambit.engine.machine.tokens import common_prefix_length
-from gambit.engine.policy import DEFAULT_GAMMA, FixedGamma, GammaPolicy
 from gambit.engine.text.reply import GenerationConfig, Round, StopReason
 from gambit.engine.text.text_stream import TextStream
 from gambit.engine.verification.sampling import Distribution, SamplingParams, process

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
+from gambit.engine.gamma.metrics import MetricsSnapshot, MetricsTracker
 from gambit.engine.session import Engine
 from gambit.engine.text.reply import Round, StopReason
 

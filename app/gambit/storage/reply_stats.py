@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gambit.engine.metrics import format_accepted, format_rate, format_speedup
+from gambit.engine.gamma.metrics import format_accepted, format_rate, format_speedup
 
 
 def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
@@ -33,7 +33,7 @@ def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
 def reply_footer(stats: Mapping[str, Any] | None) -> str:
     """The line under a reply, from the figures stored with it (``"tokens"``,
     ``"tokens_per_s"``, ``"speedup"``, ...: see ``MainWindow``), formatted as
-    the statistics panel and the CLI format them (``gambit.engine.metrics``).
+    the statistics panel and the CLI format them (``gambit.engine.gamma.metrics``).
 
     A speedup shows only where one was stored: a reply that drafted nothing
     has none, and replies saved before it was stored are not guessed at.

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gambit.engine.drafters.registry import DRAFTERS, TREE_DRAFTERS, DrafterKind, FileSource
+from gambit.engine.gamma.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX
 from gambit.engine.machine import rpc
 from gambit.engine.machine.limits import THREADS_MAX, threads_problem, workers_problem
 from gambit.engine.machine.runtime import RuntimeOptions
-from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX
 from gambit.engine.session import (
     DEFAULT_TREE_NODES,
     TREE_NODES_MAX,

@@ -42,7 +42,7 @@ from PySide6.QtWidgets import (
 
 from gambit.bench import PAYS_FROM, TARGET_ONLY
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING
-from gambit.engine.metrics import format_sources, format_speedup
+from gambit.engine.gamma.metrics import format_sources, format_speedup
 from gambit.ui import theme
 from gambit.words import counted
 

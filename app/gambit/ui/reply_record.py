@@ -24,7 +24,7 @@ def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
         "stop": "error" if error else result.stop,
         "error": error,
         "tokens": s.n_tokens,
-        # The figures of gambit.engine.metrics, as the panel shows them.
+        # The figures of gambit.engine.gamma.metrics, as the panel shows them.
         "tokens_per_s": s.tokens_per_s,
         "baseline_tokens_per_s": s.baseline_tokens_per_s,
         "speedup": s.speedup,  # None: nothing drafted, no claim

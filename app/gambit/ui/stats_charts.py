@@ -19,7 +19,7 @@ from PySide6.QtCore import QMargins, QPointF, Qt
 from PySide6.QtGui import QBrush, QFont, QPainter, QPalette, QPen, QResizeEvent
 from PySide6.QtWidgets import QFrame, QSizePolicy
 
-from gambit.engine.metrics import MetricsTracker
+from gambit.engine.gamma.metrics import MetricsTracker
 from gambit.ui import theme
 
 # Charts share the height the figures leave, between these bounds: at 1024×700 the

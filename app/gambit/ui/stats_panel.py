@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gambit.engine.metrics import (
+from gambit.engine.gamma.metrics import (
     NO_FIGURE,
     MetricsSnapshot,
     MetricsTracker,

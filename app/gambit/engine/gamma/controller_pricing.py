@@ -9,15 +9,15 @@ and costs what its source's drafts cost (``SourceKind``) plus verifying a
 batch of γ + 1 + w tokens, t_target(γ + 1 + w), on this machine. Plain
 decoding yields 1 token per t_target(1). Everything here reads
 ``RoundLearning`` and changes nothing it prices with; the policy
-(``gambit.engine.controller``) decides from these prices.
+(``gambit.engine.gamma.controller``) decides from these prices.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from gambit.engine.controller_learning import RoundLearning, SourceKind
 from gambit.engine.estimates import AcceptanceModel
+from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
 
 
 class RoundPricing:

@@ -60,22 +60,22 @@ calibrated at load (``calibrate``) and updated from every round's timings and
 every prompt the drafter reads; ``AcceptanceModel`` from every round's outcomes.
 
 The policy is three pieces, each testable alone: ``RoundLearning`` records
-what rounds and readings show (``gambit.engine.controller_learning``),
+what rounds and readings show (``gambit.engine.gamma.controller_learning``),
 ``RoundPricing`` prices every round shape from that and changes nothing
-(``gambit.engine.controller_pricing``), and ``GammaController`` here decides:
+(``gambit.engine.gamma.controller_pricing``), and ``GammaController`` here decides:
 the mode, on or off per drafter hint, probes, sitting a reply out. Its
-sentences are ``gambit.engine.controller_wording``'s.
+sentences are ``gambit.engine.gamma.controller_wording``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from gambit.engine import controller_wording as wording
-from gambit.engine.controller_learning import RoundLearning, SourceKind
-from gambit.engine.controller_pricing import RoundPricing
 from gambit.engine.estimates import AcceptanceModel, CostModel
-from gambit.engine.policy import (
+from gambit.engine.gamma import controller_wording as wording
+from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
+from gambit.engine.gamma.controller_pricing import RoundPricing
+from gambit.engine.gamma.policy import (
     DEFAULT_GAMMA,
     DEFAULT_GAMMA_MAX,
     SWITCH_ON_ABOVE,

@@ -1,11 +1,11 @@
-"""What the γ policy learns from the rounds it sees (``gambit.engine.controller``).
+"""What the γ policy learns from the rounds it sees (``gambit.engine.gamma.controller``).
 
 Only records and updates: the pair's costs (``CostModel``), each drafter
 hint's acceptance (``AcceptanceModel``), what tree side nodes gain, how long
 replies run and how far the draft model is behind the text. The policy
-decides from these (``gambit.engine.controller``), a round's expected pay is
-priced from them (``gambit.engine.controller_pricing``), and the sentences
-that explain a decision are ``gambit.engine.controller_wording``'s.
+decides from these (``gambit.engine.gamma.controller``), a round's expected pay is
+priced from them (``gambit.engine.gamma.controller_pricing``), and the sentences
+that explain a decision are ``gambit.engine.gamma.controller_wording``'s.
 """
 
 from __future__ import annotations

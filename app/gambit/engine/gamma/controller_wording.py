@@ -3,7 +3,7 @@
 
 Pure functions of what the controller decided and the figures behind it, so
 each sentence can be read and tested apart from the policy that makes it
-(``gambit.engine.controller`` decides; this module explains).
+(``gambit.engine.gamma.controller`` decides; this module explains).
 """
 
 from __future__ import annotations

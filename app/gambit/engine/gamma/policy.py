@@ -1,7 +1,7 @@
 """The vocabulary of γ policies: what decides each round's draft length.
 
 ``GammaPolicy`` is what the decoder asks every round; ``FixedGamma`` always
-answers the same; the adaptive one is ``gambit.engine.controller``'s
+answers the same; the adaptive one is ``gambit.engine.gamma.controller``'s
 ``GammaController``, made by ``Engine.new_controller``. The modes, the
 default draft lengths and the expected speedup a policy needs before it
 drafts are declared here, for the settings, the command line and the
