@@ -23,7 +23,7 @@ from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.main_window import MainWindow
-from gambit.ui.stats_panel import TOOLTIPS, format_ms
+from gambit.ui.stats.stats_panel import TOOLTIPS, format_ms
 from gguf_fixtures import write_small_model
 
 LOAD_TIMEOUT_MS = 120_000

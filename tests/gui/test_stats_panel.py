@@ -20,7 +20,7 @@ from gambit.engine.machine.backend import BackendInfo
 from gambit.engine.machine.placement import TargetPlacement, WorkerShare
 from gambit.qt.worker import EngineInfo
 from gambit.ui import theme
-from gambit.ui.stats_panel import PLACEHOLDER, TOOLTIPS, StatsPanel, speedup_tone
+from gambit.ui.stats.stats_panel import PLACEHOLDER, TOOLTIPS, StatsPanel, speedup_tone
 
 COUNTERS = [
     "acceptedValue",

@@ -28,7 +28,7 @@ from gambit.storage.history import prompt_messages
 from gambit.storage.rows import StoredMessage
 from gambit.ui.chat_view import reply_footer
 from gambit.ui.reply_record import continued_stats, run_lengths, stats_dict
-from gambit.ui.stats_panel import StatsPanel
+from gambit.ui.stats.stats_panel import StatsPanel
 from gambit.ui.window_layout import WindowPanes
 
 log = logging.getLogger(__name__)

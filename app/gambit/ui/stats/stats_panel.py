@@ -44,7 +44,7 @@ from gambit.engine.gamma.metrics import (
     format_speedup,
 )
 from gambit.ui import theme
-from gambit.ui.stats_charts import (
+from gambit.ui.stats.stats_charts import (
     TIME_UNIT,
     ChartCard,
     Sample,
