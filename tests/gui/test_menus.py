@@ -18,7 +18,7 @@ from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
 from gambit.ui.main_window import MainWindow
 from gambit.ui.models_dialog.dialog import ModelsDialog
-from gambit.ui.settings_dialog import SettingsDialog
+from gambit.ui.settings.settings_dialog import SettingsDialog
 
 MENUS = {
     "fileMenu": (

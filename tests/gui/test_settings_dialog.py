@@ -33,7 +33,7 @@ from pytestqt.qtbot import QtBot
 
 from gambit.formats.mtp import mtp_availability
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.settings_dialog import (
+from gambit.ui.settings.settings_dialog import (
     LAYERSKIP_HELP,
     NO_GPU_TOOLTIP,
     TREE_HELP,

@@ -13,8 +13,8 @@ from pytestqt.qtbot import QtBot
 
 from gambit.engine.machine import rpc
 from gambit.storage.settings import Settings
-from gambit.ui.settings_dialog import SettingsDialog
-from gambit.ui.settings_workers import SECURITY_NOTE, TESTING
+from gambit.ui.settings.settings_dialog import SettingsDialog
+from gambit.ui.settings.settings_workers import SECURITY_NOTE, TESTING
 from worker_process import WorkerProcess, free_port, workers
 
 

@@ -28,7 +28,7 @@ from gambit.ui.message_actions import MessageActions
 from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.reply_flow import ReplyFlow
 from gambit.ui.reply_record import shown_messages, title_from
-from gambit.ui.settings_dialog import SettingsDialog
+from gambit.ui.settings.settings_dialog import SettingsDialog
 from gambit.ui.stats.stats_panel import StatsPanel
 from gambit.ui.window_layout import WindowPanes
 from gambit.ui.window_widgets import LatencyProbe, exec_once, named

@@ -31,7 +31,7 @@ from gambit.fsutil import Progress
 from gambit.qt.tasks import Job, TaskThread
 from gambit.storage.settings import SETTINGS
 from gambit.ui import theme
-from gambit.ui.settings_widgets import field_error, group, label, left, page, spin
+from gambit.ui.settings.settings_widgets import field_error, group, label, left, page, spin
 
 SECURITY_NOTE = (
     "The workers' protocol has no authentication or encryption: bind a worker to a"

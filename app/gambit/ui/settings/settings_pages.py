@@ -30,7 +30,7 @@ from gambit.formats.mtp import MtpAvailability
 from gambit.models.default_model import DEFAULT_MODEL_NAME
 from gambit.storage.settings import SETTINGS
 from gambit.ui import theme
-from gambit.ui.settings_widgets import (
+from gambit.ui.settings.settings_widgets import (
     PowerOfTwoSpin,
     double,
     field_error,

@@ -49,9 +49,9 @@ from gambit.storage.settings import (
     Settings,
 )
 from gambit.ui import theme
-from gambit.ui.settings_pages import NO_GPU_TOOLTIP, SettingsPages
-from gambit.ui.settings_widgets import PageScroll
-from gambit.ui.settings_workers import WorkerList, WorkersPage
+from gambit.ui.settings.settings_pages import NO_GPU_TOOLTIP, SettingsPages
+from gambit.ui.settings.settings_widgets import PageScroll
+from gambit.ui.settings.settings_workers import WorkerList, WorkersPage
 
 __all__ = [
     "EXACT_KERNELS_HELP",
