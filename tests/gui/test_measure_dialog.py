@@ -39,7 +39,7 @@ from gambit.storage.conversations import ConversationStore
 from gambit.storage.measurements import measurements_dir
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.main_window import MainWindow
-from gambit.ui.measure_dialog import MeasureDialog
+from gambit.ui.measure.measure_dialog import MeasureDialog
 from worker_process import workers
 
 LOAD_TIMEOUT_MS = 120_000

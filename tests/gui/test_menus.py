@@ -207,7 +207,7 @@ def test_settings_and_models_open_their_dialogs(qtbot: QtBot, window: MainWindow
 
 
 def test_measure_opens_its_dialog_which_waits_for_a_model(qtbot: QtBot, window: MainWindow) -> None:
-    from gambit.ui.measure_dialog import MeasureDialog
+    from gambit.ui.measure.measure_dialog import MeasureDialog
 
     window.store.add_message(window.conversation_id or -1, "user", "hello")
     _action(window, "measureAction").trigger()

@@ -27,7 +27,7 @@ from gambit.ui.window_layout import WindowPanes
 
 if TYPE_CHECKING:
     from gambit.qt.served import LocalService  # (the web stack loads only when served)
-    from gambit.ui.measure_dialog import MeasureDialog
+    from gambit.ui.measure.measure_dialog import MeasureDialog
     from gambit.ui.server_dialog import ServerDialog
 
 # File → Export ▸ entries: (format, its name, what it is for)
@@ -326,8 +326,8 @@ class MenuBar(QObject):
         """The "Measure on my chats" dialog, window-modal: the engine is busy
         replaying while it runs, so the chat waits. (The measuring code and its
         charts load here, not at start-up.)"""
-        from gambit.ui.measure_candidates import library_drafts
-        from gambit.ui.measure_dialog import MeasureDialog, MeasureHost
+        from gambit.ui.measure.measure_candidates import library_drafts
+        from gambit.ui.measure.measure_dialog import MeasureDialog, MeasureHost
 
         w, h = self.window, self.host
         if self._measure is None:

@@ -57,8 +57,8 @@ from gambit.storage import measurements
 from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations
 from gambit.storage.settings import Settings
 from gambit.ui import theme
-from gambit.ui.measure_candidates import CandidateDraft, CandidateDrafts, no_drafts
-from gambit.ui.measure_results import MeasureResults
+from gambit.ui.measure.measure_candidates import CandidateDraft, CandidateDrafts, no_drafts
+from gambit.ui.measure.measure_results import MeasureResults
 from gambit.words import counted
 
 TURNS_ROLE = Qt.ItemDataRole.UserRole + 1  # a conversation item's user turns
