@@ -18,7 +18,7 @@ from pytestqt.qtbot import QtBot
 from gambit.storage.chat_export import read_conversations, to_json
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from gambit.engine.text.chat import ChatPromptBuilder, Message
 from gambit.engine.text.pacing import REPAINT_S
 from gambit.engine.text.reply import GenerationConfig, Round
 from gambit.engine.verification.sampling import SamplingParams
-from gambit.ui.chat_view import ChatView
+from gambit.ui.window.chat_view import ChatView
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 ROUND_S = 0.3  # a round of the cost-scaled F32 x4 pair with γ = 6-8 (docs/performance.md)

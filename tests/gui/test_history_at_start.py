@@ -18,7 +18,7 @@ from gambit.storage import conversations as conv_module
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.recovery import open_history
 from gambit.storage.settings import SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 
 def window_for(qtbot: QtBot, tmp_path: Path, db_path: Path) -> MainWindow:

@@ -19,7 +19,7 @@ from gambit.models.layerskip import ensure_layer_skip_draft
 from gambit.models.library import ModelLibrary
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 WAIT_MS = 600_000  # the search runs the model many times; a loaded machine is slow
 

@@ -18,7 +18,7 @@ from gambit.qt.worker import EngineInfo, WorkerThread
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.paths import cache_dir
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 LOAD_TIMEOUT_MS = 120_000
 OPTIONS = RuntimeOptions(n_ctx=512, n_threads=2)

@@ -16,9 +16,9 @@ from shiboken6 import Shiboken
 from gambit import __version__
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
-from gambit.ui.main_window import MainWindow
 from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings.settings_dialog import SettingsDialog
+from gambit.ui.window.main_window import MainWindow
 
 MENUS = {
     "fileMenu": (
@@ -178,7 +178,7 @@ def test_view_menu_toggles_the_statistics_and_the_sidebar(window: MainWindow) ->
 
 
 def test_copy_and_select_all_act_on_the_chat(window: MainWindow) -> None:
-    from gambit.ui.chat_view import ChatMessage
+    from gambit.ui.window.chat_view import ChatMessage
 
     window.chat.set_messages([ChatMessage("user", "copy me please")])
     window.chat.setFocus()

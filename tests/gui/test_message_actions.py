@@ -30,8 +30,8 @@ from gambit.storage.continuing import KEPT_TOKENS, kept_record, kept_tokens
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.rows import StoredMessage
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
-from gambit.ui.message_actions import EditDialog
+from gambit.ui.window.main_window import MainWindow
+from gambit.ui.window.message_actions import EditDialog
 
 LOAD_TIMEOUT_MS = 120_000
 REPLY_TIMEOUT_MS = 120_000
@@ -293,8 +293,8 @@ from gambit.qt import compat
 from gambit.storage.continuing import kept_tokens
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
-from gambit.ui import reply_flow
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window import reply_flow
+from gambit.ui.window.main_window import MainWindow
 
 reply_flow.AUTOSAVE_MS = 50
 app = QApplication([])

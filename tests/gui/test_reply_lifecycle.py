@@ -23,7 +23,7 @@ from pytestqt.qtbot import QtBot
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.recovery import open_history
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 LOAD_TIMEOUT_MS = 120_000
 REPLY_TIMEOUT_MS = 120_000
@@ -202,7 +202,7 @@ from PySide6.QtWidgets import QApplication
 from gambit.storage.conversations import default_store_path
 from gambit.storage.recovery import open_history
 from gambit.storage.settings import SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 app = QApplication([])
 history = open_history(default_store_path())

@@ -16,8 +16,8 @@ from pytestqt.qtbot import QtBot
 
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
 from gambit.ui.server_dialog import ServerDialog
+from gambit.ui.window.main_window import MainWindow
 
 LOAD_TIMEOUT_MS = 120_000
 REPLY_TIMEOUT_MS = 120_000

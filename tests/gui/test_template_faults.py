@@ -22,7 +22,7 @@ from pytestqt.qtbot import QtBot
 
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 from gguf_fixtures import copy_gguf
 
 WAIT_MS = 240_000
@@ -96,7 +96,7 @@ import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 import gambit.ui.app as entry
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 real_exec = QApplication.exec
 prompt = sys.argv[1]

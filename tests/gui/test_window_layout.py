@@ -21,7 +21,7 @@ from gambit.engine.machine.backend import BackendInfo
 from gambit.qt.worker import EngineInfo
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 LONG_TITLE = (
     "Rewrite the quarterly report's summary in plain English for the board, keeping every figure"

@@ -14,8 +14,8 @@ from pytestqt.qtbot import QtBot
 from gambit.engine.machine.target_host import HostedRuntime
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
-from gambit.ui.worker_lost import CONTINUE_LOCALLY
+from gambit.ui.window.main_window import MainWindow
+from gambit.ui.window.worker_lost import CONTINUE_LOCALLY
 from worker_process import workers
 
 TIMEOUT_MS = 180_000

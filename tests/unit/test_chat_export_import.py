@@ -35,7 +35,7 @@ from gambit.storage.chat_import import ChatImportError, import_chat_file, read_c
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.history_memory import HistoryMemory, Tokenizer
 
-# A reply's figures as the window stores them (gambit.ui.reply_record.stats_dict).
+# A reply's figures as the window stores them (gambit.ui.window.reply_record.stats_dict).
 REPLY_STATS: dict[str, Any] = {
     "stop": "end of text",
     "error": None,

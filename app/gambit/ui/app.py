@@ -76,7 +76,7 @@ def _run_bundled(flag: str, argv: Sequence[str]) -> int:
 
 def _import_ui() -> None:
     """The self-test's check that the whole UI is there (bundled, importable)."""
-    import gambit.ui.main_window  # noqa: F401
+    import gambit.ui.window.main_window  # noqa: F401
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,7 +137,7 @@ def _run_gui(qt_args: list[str]) -> int:
     from gambit.storage.conversations import default_store_path
     from gambit.storage.recovery import open_history
     from gambit.storage.settings import SettingsStore
-    from gambit.ui.main_window import MainWindow
+    from gambit.ui.window.main_window import MainWindow
 
     # PySide6 6.12.0 loses a reference to None or True on most calls: repair that
     # before any other thread starts (a no-op on a binding without the bug).

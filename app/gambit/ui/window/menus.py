@@ -22,8 +22,8 @@ from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage.chat_export import ExportFormat
 from gambit.storage.paths import log_dir
 from gambit.storage.settings import Settings
-from gambit.ui.chat_files import ChatFiles
-from gambit.ui.window_layout import WindowPanes
+from gambit.ui.window.chat_files import ChatFiles
+from gambit.ui.window.window_layout import WindowPanes
 
 if TYPE_CHECKING:
     from gambit.qt.served import LocalService  # (the web stack loads only when served)

@@ -26,10 +26,10 @@ from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage.continuing import CUT_STOPS, KEPT_TOKENS, kept_record, kept_tokens
 from gambit.storage.history import prompt_messages
 from gambit.storage.rows import StoredMessage
-from gambit.ui.chat_view import reply_footer
-from gambit.ui.reply_record import continued_stats, run_lengths, stats_dict
 from gambit.ui.stats.stats_panel import StatsPanel
-from gambit.ui.window_layout import WindowPanes
+from gambit.ui.window.chat_view import reply_footer
+from gambit.ui.window.reply_record import continued_stats, run_lengths, stats_dict
+from gambit.ui.window.window_layout import WindowPanes
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ shows as one line, its name and size, with a link that shows its text.
 
 The view knows where each message starts, so that a click, a right-click or
 Alt+Up/Down makes one the current message (``current``), which the
-per-message actions act on (``gambit.ui.message_actions``).
+per-message actions act on (``gambit.ui.window.message_actions``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from PySide6.QtWidgets import QMenu, QTextBrowser, QWidget
 from gambit.engine.text.pacing import StreamPacer
 from gambit.storage.documents import Document, format_size, split
 from gambit.storage.reply_stats import reply_footer as reply_footer  # (re-exported)
-from gambit.ui import markdown
+from gambit.ui.window import markdown
 
 log = logging.getLogger(__name__)
 

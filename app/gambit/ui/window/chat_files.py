@@ -25,8 +25,8 @@ from gambit.storage.chat_export import (
     read_conversations,
 )
 from gambit.storage.chat_import import ImportResult, import_chat_file
-from gambit.ui.window_layout import WindowPanes
-from gambit.ui.window_widgets import open_message
+from gambit.ui.window.window_layout import WindowPanes
+from gambit.ui.window.window_widgets import open_message
 from gambit.words import counted
 
 log = logging.getLogger(__name__)

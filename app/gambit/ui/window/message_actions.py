@@ -32,9 +32,9 @@ from PySide6.QtWidgets import (
 from gambit.qt.worker import EngineInfo
 from gambit.storage.documents import compose, documents_in, format_size, typed_text
 from gambit.storage.rows import StoredMessage
-from gambit.ui.chat_view import ChatMessage
-from gambit.ui.menus import set_tip
-from gambit.ui.window_layout import WindowPanes
+from gambit.ui.window.chat_view import ChatMessage
+from gambit.ui.window.menus import set_tip
+from gambit.ui.window.window_layout import WindowPanes
 from gambit.words import counted
 
 

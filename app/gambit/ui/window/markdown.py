@@ -27,7 +27,7 @@ from PySide6.QtGui import (
     QTextFormat,
 )
 
-from gambit.ui.draft_wash import washed_runs
+from gambit.ui.window.draft_wash import washed_runs
 
 DRAFT_BG: Final = QColor(46, 160, 67, 41)  # a quiet green wash, readable on light and dark
 CODE_BG: Final = QColor(127, 127, 127, 31)

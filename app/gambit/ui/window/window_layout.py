@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
 from gambit.errors import GambitError
 from gambit.storage.conversations import ConversationStore
 from gambit.storage.settings import Settings
-from gambit.ui.chat_view import ChatView
-from gambit.ui.window_widgets import (
+from gambit.ui.window.chat_view import ChatView
+from gambit.ui.window.window_widgets import (
     AttachmentBar,
     ConversationList,
     InputEdit,

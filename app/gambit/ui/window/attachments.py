@@ -14,9 +14,9 @@ from PySide6.QtGui import QAction, QDropEvent, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from gambit.storage.documents import Document, DocumentError, read_document
-from gambit.ui.menus import set_tip
-from gambit.ui.window_layout import WindowPanes
-from gambit.ui.window_widgets import AttachmentBar
+from gambit.ui.window.menus import set_tip
+from gambit.ui.window.window_layout import WindowPanes
+from gambit.ui.window.window_widgets import AttachmentBar
 
 # What the file picker offers first (any file can be chosen: content decides).
 TEXT_FILES = (

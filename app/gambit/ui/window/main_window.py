@@ -21,18 +21,18 @@ from gambit.storage.conversations import ConversationStore
 from gambit.storage.documents import compose
 from gambit.storage.history_memory import HistoryMemory, memory_folder
 from gambit.storage.settings import MODEL_FIELDS, RELOADS, Settings, SettingsStore
-from gambit.ui.attachments import Attachments
-from gambit.ui.chat_view import ChatMessage
-from gambit.ui.menus import MenuBar
-from gambit.ui.message_actions import MessageActions
 from gambit.ui.models_dialog.dialog import ModelsDialog
-from gambit.ui.reply_flow import ReplyFlow
-from gambit.ui.reply_record import shown_messages, title_from
 from gambit.ui.settings.settings_dialog import SettingsDialog
 from gambit.ui.stats.stats_panel import StatsPanel
-from gambit.ui.window_layout import WindowPanes
-from gambit.ui.window_widgets import LatencyProbe, exec_once, named
-from gambit.ui.worker_lost import offer_local
+from gambit.ui.window.attachments import Attachments
+from gambit.ui.window.chat_view import ChatMessage
+from gambit.ui.window.menus import MenuBar
+from gambit.ui.window.message_actions import MessageActions
+from gambit.ui.window.reply_flow import ReplyFlow
+from gambit.ui.window.reply_record import shown_messages, title_from
+from gambit.ui.window.window_layout import WindowPanes
+from gambit.ui.window.window_widgets import LatencyProbe, exec_once, named
+from gambit.ui.window.worker_lost import offer_local
 
 if TYPE_CHECKING:
     from gambit.qt.served import LocalService  # (the web stack loads only when served)

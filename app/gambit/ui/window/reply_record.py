@@ -13,7 +13,7 @@ from typing import Any
 from gambit.qt.reply_stream import ReplyResult
 from gambit.storage.conversations import title_from as title_from  # (re-exported)
 from gambit.storage.rows import StoredMessage
-from gambit.ui.chat_view import ChatMessage, reply_footer
+from gambit.ui.window.chat_view import ChatMessage, reply_footer
 
 
 def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
