@@ -20,7 +20,7 @@ from pytestqt.qtbot import QtBot
 from gambit.cli.main import summary_line
 from gambit.engine.gamma.metrics import NO_FIGURE, format_rate, format_speedup
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.stats.stats_panel import TOOLTIPS, format_ms
 from gambit.ui.window.main_window import MainWindow

@@ -14,9 +14,9 @@ from PySide6.QtWidgets import QLabel, QMessageBox
 from pytestqt.qtbot import QtBot
 
 from gambit.models.default_model import DEFAULT_MODEL_FILE
-from gambit.storage import conversations as conv_module
-from gambit.storage.conversations import ConversationStore
-from gambit.storage.recovery import open_history
+from gambit.storage.chat_store import conversations as conv_module
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.recovery import open_history
 from gambit.storage.settings import SettingsStore
 from gambit.ui.window.main_window import MainWindow
 

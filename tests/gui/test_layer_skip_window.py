@@ -17,7 +17,7 @@ from pytestqt.qtbot import QtBot
 from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.models.layerskip import ensure_layer_skip_draft
 from gambit.models.library import ModelLibrary
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.window.main_window import MainWindow
 

@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import EngineConfig
 from gambit.qt.worker import EngineInfo, WorkerThread
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.paths import cache_dir
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.window.main_window import MainWindow

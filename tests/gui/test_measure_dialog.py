@@ -35,7 +35,7 @@ from pytestqt.qtbot import QtBot
 from gambit.bench import MeasureProgress
 from gambit.engine.machine.target_host import HostedRuntime
 from gambit.models.library import ModelLibrary
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.measurements import measurements_dir
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.measure.measure_dialog import MeasureDialog

@@ -14,7 +14,7 @@ from pytestqt.qtbot import QtBot
 from shiboken6 import Shiboken
 
 from gambit import __version__
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
 from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings.settings_dialog import SettingsDialog

@@ -26,9 +26,9 @@ from PySide6.QtWidgets import QDialog, QLabel, QMenu, QMessageBox, QPushButton
 from pytestqt.qtbot import QtBot
 
 from gambit.engine.text.continuation import KeptTokens
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.continuing import KEPT_TOKENS, kept_record, kept_tokens
-from gambit.storage.conversations import ConversationStore
-from gambit.storage.rows import StoredMessage
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.window.main_window import MainWindow
 from gambit.ui.window.message_actions import EditDialog
@@ -291,7 +291,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 from gambit.qt import compat
 from gambit.storage.continuing import kept_tokens
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
 from gambit.ui.window import reply_flow
 from gambit.ui.window.main_window import MainWindow

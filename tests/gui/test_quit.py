@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from gambit.models.default_model import DEFAULT_MODEL_FILE
-from gambit.storage.conversations import ConversationStore
-from gambit.storage.rows import StoredMessage
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.settings import Settings, SettingsStore
 
 TIMEOUT_S = 240

@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QLabel
 from pytestqt.qtbot import QtBot
 
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.window.main_window import MainWindow
 from worker_process import workers

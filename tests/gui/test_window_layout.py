@@ -19,7 +19,7 @@ from pytestqt.qtbot import QtBot
 from gambit.engine.gamma.metrics import MetricsSnapshot
 from gambit.engine.machine.backend import BackendInfo
 from gambit.qt.worker import EngineInfo
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
 from gambit.ui.window.main_window import MainWindow
 

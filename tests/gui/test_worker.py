@@ -28,7 +28,7 @@ from gambit.formats import layerskip_file
 from gambit.models import layerskip
 from gambit.qt.reply_stream import ReplyResult
 from gambit.qt.worker import EngineInfo, EngineRequest, WorkerThread
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.history_memory import HistoryMemory
 from gambit.storage.settings import Settings
 

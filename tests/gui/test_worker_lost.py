@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QMessageBox, QPushButton
 from pytestqt.qtbot import QtBot
 
 from gambit.engine.machine.target_host import HostedRuntime
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.window.main_window import MainWindow
 from gambit.ui.window.worker_lost import CONTINUE_LOCALLY

@@ -28,7 +28,7 @@ from gambit.engine.text.chat import Message
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.storage import measurements
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.history_turns import read_turns
 from gambit.storage.paths import cache_dir
 from gambit.storage.settings import Settings

@@ -32,7 +32,7 @@ from gambit.storage.chat_file import (
     MAX_TITLE_CHARS,
 )
 from gambit.storage.chat_import import ChatImportError, import_chat_file, read_chat_file
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.history_memory import HistoryMemory, Tokenizer
 
 # A reply's figures as the window stores them (gambit.ui.window.reply_record.stats_dict).

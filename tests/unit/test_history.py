@@ -6,8 +6,8 @@ import pytest
 
 from gambit.engine.text.chat import ChatTemplate, Message
 from gambit.errors import ChatTemplateError
+from gambit.storage.chat_store.rows import Role, StoredMessage
 from gambit.storage.history import prompt_messages
-from gambit.storage.rows import Role, StoredMessage
 
 # The alternation check of Mistral's and Llama 2's templates, shortened.
 STRICT_TEMPLATE = """

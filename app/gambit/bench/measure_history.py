@@ -30,7 +30,7 @@ from gambit.bench.runner import print_table
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError
 from gambit.storage import measurements
-from gambit.storage.conversations import default_store_path
+from gambit.storage.chat_store.conversations import default_store_path
 from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations, read_turns
 
 

@@ -24,9 +24,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.rows import ConversationSummary, StoredMessage
 from gambit.storage.reply_stats import reply_footer
-from gambit.storage.rows import ConversationSummary, StoredMessage
 from gambit.words import counted
 
 FORMAT_NAME = "gambit-chats"

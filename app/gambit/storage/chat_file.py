@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from gambit.storage.chat_store.rows import ConversationSummary, StoredMessage
 from gambit.storage.json_values import shown
-from gambit.storage.rows import ConversationSummary, StoredMessage
 from gambit.words import counted
 
 MAX_FILE_BYTES = 64 * 1024 * 1024  # 64 MiB

@@ -39,10 +39,10 @@ from gambit.storage.chat_file import (
     title_value,
 )
 from gambit.storage.chat_openai import read_openai
-from gambit.storage.conversations import ROLES, ConversationStore
+from gambit.storage.chat_store.conversations import ROLES, ConversationStore
+from gambit.storage.chat_store.rows import ConversationSummary, StoredMessage
 from gambit.storage.json_values import shown
 from gambit.storage.reply_stats import stats_problem
-from gambit.storage.rows import ConversationSummary, StoredMessage
 
 
 class ChatImportError(GambitError):

@@ -33,9 +33,9 @@ from gambit.storage.chat_file import (
     text_value,
     title_value,
 )
-from gambit.storage.conversations import title_from
+from gambit.storage.chat_store.conversations import title_from
+from gambit.storage.chat_store.rows import ConversationSummary, Role, StoredMessage
 from gambit.storage.json_values import shown
-from gambit.storage.rows import ConversationSummary, Role, StoredMessage
 
 KEPT_ROLES: dict[str, Role] = {
     "system": "system",

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gambit.engine.text.chat import Message
-from gambit.storage.rows import StoredMessage
+from gambit.storage.chat_store.rows import StoredMessage
 
 
 def prompt_messages(stored: Sequence[StoredMessage], system_prompt: str = "") -> list[Message]:

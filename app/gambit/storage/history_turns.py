@@ -17,8 +17,8 @@ from pathlib import Path
 
 from gambit.engine.text.chat import Message
 from gambit.errors import GambitError
+from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.history import prompt_messages
-from gambit.storage.rows import StoredMessage
 
 DEFAULT_LAST_TURNS = 20
 

@@ -134,8 +134,8 @@ def _run_gui(qt_args: list[str]) -> int:
 
     from gambit.logs import set_crash_notifier
     from gambit.qt import compat
-    from gambit.storage.conversations import default_store_path
-    from gambit.storage.recovery import open_history
+    from gambit.storage.chat_store.conversations import default_store_path
+    from gambit.storage.chat_store.recovery import open_history
     from gambit.storage.settings import SettingsStore
     from gambit.ui.window.main_window import MainWindow
 

@@ -16,8 +16,8 @@ from gambit.models.settings_check import model_file_problems
 from gambit.qt.compat import give_to_qt_parents
 from gambit.qt.reply_stream import ReplyResult
 from gambit.qt.worker import EngineInfo, EngineRequest, WorkerThread
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.continuing import can_continue
-from gambit.storage.conversations import ConversationStore
 from gambit.storage.documents import compose
 from gambit.storage.history_memory import HistoryMemory, memory_folder
 from gambit.storage.settings import MODEL_FIELDS, RELOADS, Settings, SettingsStore
@@ -49,7 +49,7 @@ class MainWindow(WindowPanes):
         settings_store: SettingsStore,
         conversations: ConversationStore,
         worker: WorkerThread | None = None,
-        history_notice: str | None = None,  # storage.recovery.OpenedHistory.notice
+        history_notice: str | None = None,  # storage.chat_store.recovery.OpenedHistory.notice
     ) -> None:
         super().__init__()
         self.setObjectName("mainWindow")

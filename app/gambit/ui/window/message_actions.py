@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from gambit.qt.worker import EngineInfo
+from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.documents import compose, documents_in, format_size, typed_text
-from gambit.storage.rows import StoredMessage
 from gambit.ui.window.chat_view import ChatMessage
 from gambit.ui.window.menus import set_tip
 from gambit.ui.window.window_layout import WindowPanes

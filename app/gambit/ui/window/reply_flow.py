@@ -23,9 +23,9 @@ from gambit.engine.text.continuation import KeptTokens
 from gambit.engine.text.reply import GenerationConfig
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.qt.worker import EngineInfo, EngineWorker
+from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.continuing import CUT_STOPS, KEPT_TOKENS, kept_record, kept_tokens
 from gambit.storage.history import prompt_messages
-from gambit.storage.rows import StoredMessage
 from gambit.ui.stats.stats_panel import StatsPanel
 from gambit.ui.window.chat_view import reply_footer
 from gambit.ui.window.reply_record import continued_stats, run_lengths, stats_dict

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from gambit.errors import GambitError
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings
 from gambit.ui.window.chat_view import ChatView
 from gambit.ui.window.window_widgets import (

@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gambit.storage.chat_store.rows import ConversationSummary
 from gambit.storage.documents import Document, format_size
-from gambit.storage.rows import ConversationSummary
 
 _W = TypeVar("_W", bound=QObject)
 

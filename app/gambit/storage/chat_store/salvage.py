@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gambit.storage.conversations import ROLES
-from gambit.storage.rows import ConversationSummary, StoredMessage
+from gambit.storage.chat_store.conversations import ROLES
+from gambit.storage.chat_store.rows import ConversationSummary, StoredMessage
 from gambit.words import counted
 
 log = logging.getLogger(__name__)

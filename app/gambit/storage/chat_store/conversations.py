@@ -12,7 +12,7 @@ lock up front instead of failing half-way through.
 Opening checks the file (``PRAGMA quick_check`` and the tables' shape): a
 damaged file raises ``DamagedStoreError`` and a file whose write lock another
 process keeps raises ``StoreInUseError``, so that the caller
-(``storage.recovery.open_history``) can start over or work in memory.
+(``storage.chat_store.recovery.open_history``) can start over or work in memory.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any, cast
 from gambit.errors import GambitError
 from gambit.fsutil import make_private_dirs
 from gambit.storage import paths
+from gambit.storage.chat_store.rows import ConversationSummary, Role, StoredMessage
 from gambit.storage.files import touch_private
-from gambit.storage.rows import ConversationSummary, Role, StoredMessage
 
 log = logging.getLogger(__name__)
 
