@@ -28,7 +28,7 @@ from pytestqt.qtbot import QtBot
 from gambit.engine.text.continuation import KeptTokens
 from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.chat_store.rows import StoredMessage
-from gambit.storage.continuing import KEPT_TOKENS, kept_record, kept_tokens
+from gambit.storage.prompts.continuing import KEPT_TOKENS, kept_record, kept_tokens
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.window.main_window import MainWindow
 from gambit.ui.window.message_actions import EditDialog
@@ -290,7 +290,7 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 from gambit.qt import compat
-from gambit.storage.continuing import kept_tokens
+from gambit.storage.prompts.continuing import kept_tokens
 from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
 from gambit.ui.window import reply_flow

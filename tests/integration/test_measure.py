@@ -29,8 +29,8 @@ from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.storage import measurements
 from gambit.storage.chat_store.conversations import ConversationStore
-from gambit.storage.history_turns import read_turns
 from gambit.storage.paths import cache_dir
+from gambit.storage.prompts.history_turns import read_turns
 from gambit.storage.settings import Settings
 
 # Both cores: the suite runs one test at a time, and no assertion here reads a clock.

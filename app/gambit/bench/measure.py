@@ -50,7 +50,7 @@ from gambit.engine.text.reply import GenerationConfig, StopReason
 from gambit.engine.text.template_sandbox import RenderCancelledError
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ContextOverflowError, GambitError
-from gambit.storage.history_turns import HistoryTurn
+from gambit.storage.prompts.history_turns import HistoryTurn
 
 SCHEMA = "gambit-bench/2"  # bench's report, extended (docs/measure.md)
 DEFAULT_MAX_TOKENS = 96

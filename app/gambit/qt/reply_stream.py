@@ -4,7 +4,7 @@
 text, its drafted flags, the tokens behind it, a snapshot of the figures now
 and then) and, at the end, one ``ReplyResult``. The tokens travel with the
 text so that the window can keep a reply's tokens with it, for Continue
-(``gambit.storage.continuing``).
+(``gambit.storage.prompts.continuing``).
 """
 
 from __future__ import annotations

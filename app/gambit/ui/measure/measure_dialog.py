@@ -54,7 +54,7 @@ from gambit.errors import GambitError
 from gambit.qt.compat import give_to_qt_parents
 from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage import measurements
-from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations
+from gambit.storage.prompts.history_turns import DEFAULT_LAST_TURNS, list_conversations
 from gambit.storage.settings import Settings
 from gambit.ui import theme
 from gambit.ui.measure.measure_candidates import CandidateDraft, CandidateDrafts, no_drafts

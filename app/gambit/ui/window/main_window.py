@@ -17,9 +17,9 @@ from gambit.qt.compat import give_to_qt_parents
 from gambit.qt.reply_stream import ReplyResult
 from gambit.qt.worker import EngineInfo, EngineRequest, WorkerThread
 from gambit.storage.chat_store.conversations import ConversationStore
-from gambit.storage.continuing import can_continue
 from gambit.storage.documents import compose
 from gambit.storage.history_memory import HistoryMemory, memory_folder
+from gambit.storage.prompts.continuing import can_continue
 from gambit.storage.settings import MODEL_FIELDS, RELOADS, Settings, SettingsStore
 from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings.settings_dialog import SettingsDialog

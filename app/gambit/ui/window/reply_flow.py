@@ -4,7 +4,7 @@ A new reply gets a row of its own; a continued one (Continue) goes on in the
 row of the reply it continues, whose text, drafted flags and tokens it
 starts from. Either way the row holds what has streamed (autosaved every
 ``AUTOSAVE_MS``, at Stop and when the window closes), with the reply's tokens
-while it may still be continued (``gambit.storage.continuing``).
+while it may still be continued (``gambit.storage.prompts.continuing``).
 
 Every step from the request to the reply's row either completes or leaves
 the window idle with a message; ``generating`` is set only once the row
@@ -24,8 +24,8 @@ from gambit.engine.text.reply import GenerationConfig
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage.chat_store.rows import StoredMessage
-from gambit.storage.continuing import CUT_STOPS, KEPT_TOKENS, kept_record, kept_tokens
-from gambit.storage.history import prompt_messages
+from gambit.storage.prompts.continuing import CUT_STOPS, KEPT_TOKENS, kept_record, kept_tokens
+from gambit.storage.prompts.history import prompt_messages
 from gambit.ui.stats.stats_panel import StatsPanel
 from gambit.ui.window.chat_view import reply_footer
 from gambit.ui.window.reply_record import continued_stats, run_lengths, stats_dict

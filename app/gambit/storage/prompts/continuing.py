@@ -25,7 +25,7 @@ from typing import Any
 from gambit.engine.text.chat import Message
 from gambit.engine.text.continuation import KeptTokens
 from gambit.storage.chat_store.rows import StoredMessage
-from gambit.storage.history import prompt_messages
+from gambit.storage.prompts.history import prompt_messages
 
 KEPT_TOKENS = "kept_tokens"
 # How a reply's "stop" reads when something other than the model ended it.

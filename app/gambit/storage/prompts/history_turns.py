@@ -18,7 +18,7 @@ from pathlib import Path
 from gambit.engine.text.chat import Message
 from gambit.errors import GambitError
 from gambit.storage.chat_store.rows import StoredMessage
-from gambit.storage.history import prompt_messages
+from gambit.storage.prompts.history import prompt_messages
 
 DEFAULT_LAST_TURNS = 20
 
@@ -88,7 +88,7 @@ def read_turns(
 ) -> list[HistoryTurn]:
     """The ``last`` user turns (newest by the time they were written) of the
     chosen conversations (None: all), oldest first, each with the conversation
-    before it as the chat would have sent it (``storage.history.prompt_messages``)."""
+    before it as the chat would have sent it (``storage.prompts.history.prompt_messages``)."""
     if last < 1:
         raise ValueError("last must be 1 or more")
     if conversation_ids is not None and not conversation_ids:
