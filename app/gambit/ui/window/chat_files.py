@@ -1,5 +1,5 @@
 """File → Import chats…, Export chat, Export all chats: the window's side of
-``gambit.storage.chat_export`` and ``gambit.storage.chat_import``.
+``gambit.storage.chat_files.chat_export`` and ``gambit.storage.chat_files.chat_import``.
 
 Each asks for a file with a non-blocking dialog, then calls the method that
 takes a path (``export_to``, ``import_from``): all the work is in storage,
@@ -18,13 +18,13 @@ from PySide6.QtWidgets import QFileDialog
 
 from gambit.errors import GambitError
 from gambit.fsutil import write_atomic
-from gambit.storage.chat_export import (
+from gambit.storage.chat_files.chat_export import (
     ExportFormat,
     export_file_name,
     export_text,
     read_conversations,
 )
-from gambit.storage.chat_import import ImportResult, import_chat_file
+from gambit.storage.chat_files.chat_import import ImportResult, import_chat_file
 from gambit.ui.window.window_layout import WindowPanes
 from gambit.ui.window.window_widgets import open_message
 from gambit.words import counted

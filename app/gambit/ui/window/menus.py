@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QApplication, QDockWidget, QMessageBox, QWidget
 
 from gambit import __version__
 from gambit.qt.worker import EngineInfo, EngineWorker
-from gambit.storage.chat_export import ExportFormat
+from gambit.storage.chat_files.chat_export import ExportFormat
 from gambit.storage.paths import log_dir
 from gambit.storage.settings import Settings
 from gambit.ui.window.chat_files import ChatFiles

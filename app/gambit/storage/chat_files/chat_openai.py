@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from gambit.storage.chat_file import (
+from gambit.storage.chat_files.chat_file import (
     MAX_TEXT_CHARS,
     MAX_TITLE_CHARS,
     ChatFile,

@@ -1,11 +1,11 @@
 """Conversations read from a file into the chat history: Gambit's own JSON
-export (``gambit.storage.chat_export``) or the OpenAI-style messages other
-tools write (``gambit.storage.chat_openai``). docs/export.md describes both.
+export (``gambit.storage.chat_files.chat_export``) or the OpenAI-style messages other
+tools write (``gambit.storage.chat_files.chat_openai``). docs/export.md describes both.
 
 The whole file is read and checked before anything is written, then every
 conversation in it is added in one transaction
 (``ConversationStore.import_conversations``): a file that fails a check
-(``gambit.storage.chat_file`` has the limits), or a write that fails
+(``gambit.storage.chat_files.chat_file`` has the limits), or a write that fails
 half-way, leaves the history exactly as it was. An import only adds
 conversations (new ids, never merged into existing ones).
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gambit.errors import GambitError
-from gambit.storage.chat_export import FORMAT_NAME, FORMAT_VERSION
-from gambit.storage.chat_file import (
+from gambit.storage.chat_files.chat_export import FORMAT_NAME, FORMAT_VERSION
+from gambit.storage.chat_files.chat_file import (
     MAX_DEPTH,
     MAX_FILE_BYTES,
     MAX_TEXT_CHARS,
@@ -38,7 +38,7 @@ from gambit.storage.chat_file import (
     time_value,
     title_value,
 )
-from gambit.storage.chat_openai import read_openai
+from gambit.storage.chat_files.chat_openai import read_openai
 from gambit.storage.chat_store.conversations import ROLES, ConversationStore
 from gambit.storage.chat_store.rows import ConversationSummary, StoredMessage
 from gambit.storage.json_values import shown

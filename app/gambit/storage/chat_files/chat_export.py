@@ -6,7 +6,7 @@ with its title, times and messages, each message with its role, text
 (``content``), time, whether it was finished (``complete``) and the figures
 stored with it (``stats``). A conversation's ``messages`` are OpenAI-style
 messages with more fields, so a tool that reads those reads these.
-``gambit.storage.chat_import`` reads it back.
+``gambit.storage.chat_files.chat_import`` reads it back.
 
 Times are seconds since 1970 (UTC), as stored: a float's JSON text reads
 back as the same float, so nothing shifts on the way round. Figures that
