@@ -16,7 +16,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.formats.layerskip_file import write_layer_skip_model
 from gambit.models.default_model import default_model_path
 from gambit.models.derive import requantize

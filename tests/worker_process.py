@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine import rpc
+from gambit.engine.machine import rpc
 
 
 def free_port() -> int:

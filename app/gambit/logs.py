@@ -160,7 +160,7 @@ def environment_lines() -> list[str]:
     try:
         # Imported in the report, not at the top: logging is set up before
         # anything loads llama.cpp, and a report must not fail on a broken one.
-        from gambit.engine.backend import detect_backend
+        from gambit.engine.machine.backend import detect_backend
 
         backend = detect_backend()
         lines.append(f"Backend: {backend.summary}")

@@ -32,7 +32,7 @@ echo "building llama-cpp-python with $CMAKE_ARGS (several minutes)..."
 pip install "${pip_args[@]}" --no-binary llama-cpp-python -e .
 
 python - <<'PY'
-from gambit.engine.backend import detect_backend
+from gambit.engine.machine.backend import detect_backend
 backend = detect_backend()
 if not backend.devices:
     raise SystemExit("llama.cpp sees no GPU here: check CMAKE_ARGS, CUDA and the driver")

@@ -17,11 +17,11 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox, QToolButton, QWidget
 from pytestqt.qtbot import QtBot
 
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.documents import Document, compose
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.chat_view import DOCUMENT_SCHEME
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.chat_view import DOCUMENT_SCHEME
+from gambit.ui.window.main_window import MainWindow
 
 LOAD_TIMEOUT_MS = 120_000
 REPLY_TIMEOUT_MS = 120_000

@@ -15,10 +15,10 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QLineEdit, QMenu, QMessageBox
 from pytestqt.qtbot import QtBot
 
-from gambit.storage.chat_export import read_conversations, to_json
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_files.chat_export import read_conversations, to_json
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from PySide6.QtCore import QObject, QPoint, Qt, QUrl, Slot
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextCursor, QTextTable
 from pytestqt.qtbot import QtBot
 
-from gambit.ui import markdown
-from gambit.ui.chat_view import ChatMessage, ChatView
+from gambit.ui.window import markdown
+from gambit.ui.window.chat_view import ChatMessage, ChatView
 
 CODE = 'def hello() -> None:\n    print("hi")'
 REPLY = (

@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.chat import ChatPromptBuilder, Message
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
-from gambit.engine.pacing import REPAINT_S
-from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig, Round
-from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
-from gambit.ui.chat_view import ChatView
+from gambit.engine.gamma.policy import FixedGamma
+from gambit.engine.machine.runtime import ModelRuntime
+from gambit.engine.text.chat import ChatPromptBuilder, Message
+from gambit.engine.text.pacing import REPAINT_S
+from gambit.engine.text.reply import GenerationConfig, Round
+from gambit.engine.verification.sampling import SamplingParams
+from gambit.ui.window.chat_view import ChatView
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 ROUND_S = 0.3  # a round of the cost-scaled F32 x4 pair with γ = 6-8 (docs/performance.md)

@@ -18,12 +18,12 @@ from PySide6.QtWidgets import QLabel, QMessageBox
 from pytestqt.qtbot import QtBot
 
 from gambit.cli.main import summary_line
-from gambit.engine.metrics import NO_FIGURE, format_rate, format_speedup
+from gambit.engine.gamma.metrics import NO_FIGURE, format_rate, format_speedup
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
-from gambit.ui.stats_panel import TOOLTIPS, format_ms
+from gambit.ui.stats.stats_panel import TOOLTIPS, format_ms
+from gambit.ui.window.main_window import MainWindow
 from gguf_fixtures import write_small_model
 
 LOAD_TIMEOUT_MS = 120_000

@@ -14,11 +14,11 @@ from PySide6.QtWidgets import QLabel, QMessageBox
 from pytestqt.qtbot import QtBot
 
 from gambit.models.default_model import DEFAULT_MODEL_FILE
-from gambit.storage import conversations as conv_module
-from gambit.storage.conversations import ConversationStore
-from gambit.storage.recovery import open_history
+from gambit.storage.chat_store import conversations as conv_module
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.recovery import open_history
 from gambit.storage.settings import SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 
 def window_for(qtbot: QtBot, tmp_path: Path, db_path: Path) -> MainWindow:

@@ -14,12 +14,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.models.layerskip import ensure_layer_skip_draft
 from gambit.models.library import ModelLibrary
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 WAIT_MS = 600_000  # the search runs the model many times; a loaded machine is slow
 

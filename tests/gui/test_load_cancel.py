@@ -12,13 +12,13 @@ import pytest
 from PySide6.QtCore import QObject, Qt, Signal
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import EngineConfig
 from gambit.qt.worker import EngineInfo, WorkerThread
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.paths import cache_dir
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 LOAD_TIMEOUT_MS = 120_000
 OPTIONS = RuntimeOptions(n_ctx=512, n_threads=2)

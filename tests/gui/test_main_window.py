@@ -12,9 +12,9 @@ import pytest
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 LOAD_TIMEOUT_MS = 120_000
 REPLY_TIMEOUT_MS = 120_000
@@ -279,7 +279,7 @@ def test_screenshot_mid_reply(qtbot: QtBot, window: MainWindow, tmp_path: Path) 
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(out) / "main_window.png")
-        from gambit.ui.settings_dialog import SettingsDialog
+        from gambit.ui.settings.settings_dialog import SettingsDialog
 
         dialog = SettingsDialog(window.settings, window)
         dialog.tabs.setCurrentIndex(1)  # Speculation
@@ -323,7 +323,7 @@ def test_settings_naming_no_model_are_refused_and_the_model_stays_loaded(
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QDialogButtonBox, QLabel, QLineEdit
 
-    from gambit.ui.settings_dialog import SettingsDialog
+    from gambit.ui.settings.settings_dialog import SettingsDialog
 
     readme = tmp_path / "README.md"
     readme.write_text("# Gambit\n\nA desktop chat app.\n")

@@ -33,13 +33,13 @@ from PySide6.QtWidgets import (
 from pytestqt.qtbot import QtBot
 
 from gambit.bench import MeasureProgress
-from gambit.engine.target_host import HostedRuntime
+from gambit.engine.machine.target_host import HostedRuntime
 from gambit.models.library import ModelLibrary
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.measurements import measurements_dir
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
-from gambit.ui.measure_dialog import MeasureDialog
+from gambit.ui.measure.measure_dialog import MeasureDialog
+from gambit.ui.window.main_window import MainWindow
 from worker_process import workers
 
 LOAD_TIMEOUT_MS = 120_000

@@ -14,11 +14,11 @@ from pytestqt.qtbot import QtBot
 from shiboken6 import Shiboken
 
 from gambit import __version__
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
-from gambit.ui.main_window import MainWindow
 from gambit.ui.models_dialog.dialog import ModelsDialog
-from gambit.ui.settings_dialog import SettingsDialog
+from gambit.ui.settings.settings_dialog import SettingsDialog
+from gambit.ui.window.main_window import MainWindow
 
 MENUS = {
     "fileMenu": (
@@ -178,7 +178,7 @@ def test_view_menu_toggles_the_statistics_and_the_sidebar(window: MainWindow) ->
 
 
 def test_copy_and_select_all_act_on_the_chat(window: MainWindow) -> None:
-    from gambit.ui.chat_view import ChatMessage
+    from gambit.ui.window.chat_view import ChatMessage
 
     window.chat.set_messages([ChatMessage("user", "copy me please")])
     window.chat.setFocus()
@@ -207,7 +207,7 @@ def test_settings_and_models_open_their_dialogs(qtbot: QtBot, window: MainWindow
 
 
 def test_measure_opens_its_dialog_which_waits_for_a_model(qtbot: QtBot, window: MainWindow) -> None:
-    from gambit.ui.measure_dialog import MeasureDialog
+    from gambit.ui.measure.measure_dialog import MeasureDialog
 
     window.store.add_message(window.conversation_id or -1, "user", "hello")
     _action(window, "measureAction").trigger()

@@ -25,13 +25,13 @@ from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QDialog, QLabel, QMenu, QMessageBox, QPushButton
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.continuation import KeptTokens
-from gambit.storage.continuing import KEPT_TOKENS, kept_record, kept_tokens
-from gambit.storage.conversations import ConversationStore
-from gambit.storage.rows import StoredMessage
+from gambit.engine.text.continuation import KeptTokens
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.rows import StoredMessage
+from gambit.storage.prompts.continuing import KEPT_TOKENS, kept_record, kept_tokens
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
-from gambit.ui.message_actions import EditDialog
+from gambit.ui.window.main_window import MainWindow
+from gambit.ui.window.message_actions import EditDialog
 
 LOAD_TIMEOUT_MS = 120_000
 REPLY_TIMEOUT_MS = 120_000
@@ -290,11 +290,11 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 from gambit.qt import compat
-from gambit.storage.continuing import kept_tokens
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.prompts.continuing import kept_tokens
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
-from gambit.ui import reply_flow
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window import reply_flow
+from gambit.ui.window.main_window import MainWindow
 
 reply_flow.AUTOSAVE_MS = 50
 app = QApplication([])

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from gambit.models.default_model import DEFAULT_MODEL_FILE
-from gambit.storage.conversations import ConversationStore
-from gambit.storage.rows import StoredMessage
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.settings import Settings, SettingsStore
 
 TIMEOUT_S = 240
@@ -161,7 +161,7 @@ def _history(tmp_path: Path) -> list[StoredMessage]:
 
 def test_quit_after_cancelling_models(tmp_path: Path, smol_q4_1: Path) -> None:
     # The report's steps: before the fix this ended in SIGSEGV every time (the
-    # dialog and its buttons had two owners, see gambit.ui.window_widgets.exec_once).
+    # dialog and its buttons had two owners, see gambit.ui.window.window_widgets.exec_once).
     stdout, _ = _quit_run(tmp_path, smol_q4_1, "models", max_tokens=8)
     assert "cancel modelsDialog" in stdout and "quitting" in stdout, stdout
 

@@ -20,10 +20,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from gambit.storage.conversations import ConversationStore
-from gambit.storage.recovery import open_history
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.recovery import open_history
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 LOAD_TIMEOUT_MS = 120_000
 REPLY_TIMEOUT_MS = 120_000
@@ -199,10 +199,10 @@ KILL_DRIVER = """
 import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-from gambit.storage.conversations import default_store_path
-from gambit.storage.recovery import open_history
+from gambit.storage.chat_store.conversations import default_store_path
+from gambit.storage.chat_store.recovery import open_history
 from gambit.storage.settings import SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 app = QApplication([])
 history = open_history(default_store_path())

@@ -33,7 +33,7 @@ from pytestqt.qtbot import QtBot
 
 from gambit.formats.mtp import mtp_availability
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.settings_dialog import (
+from gambit.ui.settings.settings_dialog import (
     LAYERSKIP_HELP,
     NO_GPU_TOOLTIP,
     TREE_HELP,
@@ -633,7 +633,7 @@ def test_screenshots(make_dialog: MakeDialog, qtbot: QtBot, tmp_path: Path) -> N
 
 
 def test_threads_cannot_be_set_out_of_range(make_dialog: MakeDialog) -> None:
-    # The same range as the settings file and the command line (engine/limits.py).
+    # The same range as the settings file and the command line (engine/machine/limits.py).
     dialog = make_dialog()
     threads = _spin(dialog, "threadsSpin")
     assert (threads.minimum(), threads.maximum()) == (0, 512)

@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 
 import gambit
 from gambit.storage.settings import Settings
-from gambit.ui.settings_dialog import SettingsDialog
+from gambit.ui.settings.settings_dialog import SettingsDialog
 
 PACKAGE = Path(gambit.__file__).parent
 ROOT = PACKAGE.parents[1]

@@ -9,7 +9,7 @@ from pytestqt.qtbot import QtBot
 
 from gambit.engine.drafters.registry import DRAFTERS
 from gambit.storage.settings import SETTINGS, Settings
-from gambit.ui.settings_dialog import SettingsDialog
+from gambit.ui.settings.settings_dialog import SettingsDialog
 
 
 def _dialog(qtbot: QtBot) -> SettingsDialog:

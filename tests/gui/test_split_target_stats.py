@@ -8,9 +8,9 @@ from pathlib import Path
 from PySide6.QtWidgets import QLabel
 from pytestqt.qtbot import QtBot
 
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 from worker_process import workers
 
 TIMEOUT_MS = 180_000

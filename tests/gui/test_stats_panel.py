@@ -15,12 +15,12 @@ from PySide6.QtGui import QColor, QImage, QPalette
 from PySide6.QtWidgets import QLabel, QScrollArea
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.backend import BackendInfo
-from gambit.engine.metrics import MetricsSnapshot
-from gambit.engine.placement import TargetPlacement, WorkerShare
+from gambit.engine.gamma.metrics import MetricsSnapshot
+from gambit.engine.machine.backend import BackendInfo
+from gambit.engine.machine.placement import TargetPlacement, WorkerShare
 from gambit.qt.worker import EngineInfo
 from gambit.ui import theme
-from gambit.ui.stats_panel import PLACEHOLDER, TOOLTIPS, StatsPanel, speedup_tone
+from gambit.ui.stats.stats_panel import PLACEHOLDER, TOOLTIPS, StatsPanel, speedup_tone
 
 COUNTERS = [
     "acceptedValue",

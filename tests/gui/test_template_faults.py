@@ -20,9 +20,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 from gguf_fixtures import copy_gguf
 
 WAIT_MS = 240_000
@@ -96,7 +96,7 @@ import sys
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 import gambit.ui.app as entry
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 real_exec = QApplication.exec
 prompt = sys.argv[1]

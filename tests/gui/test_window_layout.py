@@ -16,12 +16,12 @@ from PySide6.QtCharts import QChartView
 from PySide6.QtWidgets import QApplication, QLabel, QScrollArea, QToolBar, QToolButton, QWidget
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.backend import BackendInfo
-from gambit.engine.metrics import MetricsSnapshot
+from gambit.engine.gamma.metrics import MetricsSnapshot
+from gambit.engine.machine.backend import BackendInfo
 from gambit.qt.worker import EngineInfo
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import SettingsStore
-from gambit.ui.main_window import MainWindow
+from gambit.ui.window.main_window import MainWindow
 
 LONG_TITLE = (
     "Rewrite the quarterly report's summary in plain English for the board, keeping every figure"

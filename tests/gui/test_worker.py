@@ -18,17 +18,17 @@ import pytest
 from PySide6.QtCore import QObject, Signal
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.chat import Message
-from gambit.engine.kernels import KernelProbe
-from gambit.engine.reply import GenerationConfig, StopReason
-from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.machine.kernels import KernelProbe
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import EngineConfig
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig, StopReason
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.formats import layerskip_file
 from gambit.models import layerskip
 from gambit.qt.reply_stream import ReplyResult
 from gambit.qt.worker import EngineInfo, EngineRequest, WorkerThread
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.history_memory import HistoryMemory
 from gambit.storage.settings import Settings
 

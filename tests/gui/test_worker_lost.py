@@ -11,11 +11,11 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox, QPushButton
 from pytestqt.qtbot import QtBot
 
-from gambit.engine.target_host import HostedRuntime
-from gambit.storage.conversations import ConversationStore
+from gambit.engine.machine.target_host import HostedRuntime
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
-from gambit.ui.main_window import MainWindow
-from gambit.ui.worker_lost import CONTINUE_LOCALLY
+from gambit.ui.window.main_window import MainWindow
+from gambit.ui.window.worker_lost import CONTINUE_LOCALLY
 from worker_process import workers
 
 TIMEOUT_MS = 180_000

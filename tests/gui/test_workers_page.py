@@ -11,10 +11,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox, QLabel, QTabWidget
 from pytestqt.qtbot import QtBot
 
-from gambit.engine import rpc
+from gambit.engine.machine import rpc
 from gambit.storage.settings import Settings
-from gambit.ui.settings_dialog import SettingsDialog
-from gambit.ui.settings_workers import SECURITY_NOTE, TESTING
+from gambit.ui.settings.settings_dialog import SettingsDialog
+from gambit.ui.settings.settings_workers import SECURITY_NOTE, TESTING
 from worker_process import WorkerProcess, free_port, workers
 
 

@@ -22,14 +22,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gambit.engine.chat import ChatPromptBuilder, Message
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
-from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig, Round, StopReason
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.policy import FixedGamma
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text.chat import ChatPromptBuilder, Message
+from gambit.engine.text.reply import GenerationConfig, Round, StopReason
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import (
     ContextOverflowError,
     EmptyModelFileError,
@@ -300,9 +300,9 @@ def test_prompt_longer_than_context(smol_q4_1: Path) -> None:
 _BETWEEN_SIZES = """
 import sys
 from gambit.engine.decoder import SpeculativeDecoder
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ContextOverflowError
 
 rt = ModelRuntime(sys.argv[1], RuntimeOptions(n_ctx=128, n_threads=1))

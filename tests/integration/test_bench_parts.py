@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gambit.bench.parts import time_parts
-from gambit.engine.runtime import ModelRuntime
+from gambit.engine.machine.runtime import ModelRuntime
 
 
 def test_parts_are_timed_on_top_of_the_context(

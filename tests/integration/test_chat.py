@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine.chat import ChatPromptBuilder, ChatTemplate, Message
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
-from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig, Round, StopReason
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.policy import FixedGamma
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.tokens import common_prefix_length
 from gambit.engine.session import Engine, EngineConfig
-from gambit.engine.text_stream import TextStream
-from gambit.engine.tokens import common_prefix_length
+from gambit.engine.text.chat import ChatPromptBuilder, ChatTemplate, Message
+from gambit.engine.text.reply import GenerationConfig, Round, StopReason
+from gambit.engine.text.text_stream import TextStream
+from gambit.engine.verification.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 # One thread: the machine's two cores are shared with other jobs, and llama.cpp's

@@ -12,7 +12,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 
 STATS = {
     "stop": "end of text", "tokens": 12, "tokens_per_s": 80.5, "speculation": True,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from gambit.engine.chat import ChatTemplate, Message
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.lookup import PromptLookupDrafter
-from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.machine.runtime import ModelRuntime
+from gambit.engine.text.chat import ChatTemplate, Message
+from gambit.engine.verification.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 HOT = SamplingParams(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)

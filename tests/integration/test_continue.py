@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine.chat import Message
-from gambit.engine.continuation import KeptTokens, whole_text
-from gambit.engine.reply import GenerationConfig, Round
-from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text.chat import Message
+from gambit.engine.text.continuation import KeptTokens, whole_text
+from gambit.engine.text.reply import GenerationConfig, Round
+from gambit.engine.verification.sampling import SamplingParams
 
 OPTIONS = RuntimeOptions(n_ctx=1024, n_threads=1, n_batch=32)
 N = 30

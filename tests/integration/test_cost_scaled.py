@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gambit.engine.kernels import EXACT, KernelProbe
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.kernels import EXACT, KernelProbe
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.formats.cost_scaled import KEY_SOURCE_BLOCKS, write_cost_scaled
 from gambit.formats.gguf_blocks import BlockLayoutError, BlockModel
 from gambit.formats.gguf_file import read_header

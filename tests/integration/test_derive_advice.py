@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine.kernels import KernelProbe
+from gambit.engine.machine.kernels import KernelProbe
 from gambit.formats.gguf_info import inspect_model
 from gambit.models.derive import requantize
 from gambit.models.derive_advice import (

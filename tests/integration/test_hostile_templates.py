@@ -15,12 +15,12 @@ from pathlib import Path
 import gguf
 import pytest
 
-from gambit.engine.chat import ChatTemplate, Message
-from gambit.engine.reply import GenerationConfig, StopReason
-from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
-from gambit.engine.template_sandbox import RenderCancelledError, RenderLimits
+from gambit.engine.text.chat import ChatTemplate, Message
+from gambit.engine.text.reply import GenerationConfig, StopReason
+from gambit.engine.text.template_sandbox import RenderCancelledError, RenderLimits
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ChatTemplateError
 from gguf_fixtures import copy_gguf
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gambit.engine.kernels import CANDIDATES, EXACT, KernelConfig, KernelProbe
+from gambit.engine.machine.kernels import CANDIDATES, EXACT, KernelConfig, KernelProbe
 from gambit.engine.session import Engine, EngineConfig
 
 TEST_THREADS = 2
@@ -15,7 +15,7 @@ TEST_THREADS = 2
 # a broken native kernel does: it kills the process by a signal, or never returns.
 MISBEHAVING_CHILD = """
 import os, signal, sys, time
-from gambit.engine import kernel_child as kernels
+from gambit.engine.machine import kernel_child as kernels
 how, bad = sys.argv[1], sys.argv[2]
 real = kernels.measure
 def measure(model, config, *args):

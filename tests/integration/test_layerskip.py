@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from gambit.engine.drafters.draft_model import check_compatible
-from gambit.engine.policy import DEFAULT_GAMMA_MAX
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.gamma.policy import DEFAULT_GAMMA_MAX
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import ModelNotFoundError, NotGGUFError
 from gambit.formats.gguf_file import read_header
 from gambit.formats.gguf_info import inspect_model

@@ -25,10 +25,10 @@ from test_tree import TREE_OPTIONS
 
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter, check_compatible
-from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.policy import FixedGamma
+from gambit.engine.machine.runtime import ModelRuntime
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.formats.layerskip_file import read_layer_skip_info, write_layer_skip_model
 
 SKIPPED = (12, 18, 24)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine.calibration import calibrate
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.gamma.calibration import calibrate
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.formats.layerskip_file import LayerSkipCancelledError
 from gambit.models.layerskip import CALIBRATION_PROMPTS, CALIBRATION_TOKENS, search_layer_skip
 from gambit.models.layerskip_search import references

@@ -22,18 +22,18 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from gambit.engine.chat import ChatTemplate, Message
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.drafters.text_draft import TextDraftDrafter
-from gambit.engine.kernels import KernelConfig
-from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams, process
+from gambit.engine.gamma.policy import FixedGamma
+from gambit.engine.machine.kernels import KernelConfig
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.text.chat import ChatTemplate, Message
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams, process
 
 PROMPTS = [
     "Explain in three sentences why the sky is blue.",

@@ -22,15 +22,15 @@ from gambit.bench.measure import (
     plan,
     run_measurement,
 )
-from gambit.engine.chat import Message
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.storage import measurements
-from gambit.storage.conversations import ConversationStore
-from gambit.storage.history_turns import read_turns
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.paths import cache_dir
+from gambit.storage.prompts.history_turns import read_turns
 from gambit.storage.settings import Settings
 
 # Both cores: the suite runs one test at a time, and no assertion here reads a clock.

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gambit.engine.drafters.draft_model import check_compatible
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import GambitError
 from gambit.formats.gguf_file import read_header
 from gambit.formats.gguf_info import inspect_model

@@ -21,7 +21,7 @@ import gguf
 import pytest
 
 from gambit.engine.drafters.draft_model import check_compatible
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import IncompatibleDraftError
 from gambit.formats.gguf_info import VOCAB_TYPES, inspect_model
 from gambit.models.memory import (
@@ -210,9 +210,9 @@ def test_pre_tokenizer_alone_does_not_block(smol_q8_0: Path, variants: dict[str,
 RSS_SCRIPT = r"""
 import json, logging, re, sys
 import psutil
-from gambit.engine.kernels import KernelConfig
-from gambit.engine.llama_lib import ensure_backend
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.kernels import KernelConfig
+from gambit.engine.machine.llama_lib import ensure_backend
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 
 logged = {}
 

@@ -12,10 +12,10 @@ import pytest
 
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
-from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig, StopReason
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.policy import FixedGamma
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.text.reply import GenerationConfig, StopReason
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import DecodeAbortedError
 
 # One decode for the whole prompt, so that only the callback can stop it midway.

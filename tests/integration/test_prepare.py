@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from gambit.engine.controller import GammaController
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.estimates import CostModel
-from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.controller import GammaController
+from gambit.engine.gamma.policy import FixedGamma
+from gambit.engine.machine.runtime import ModelRuntime
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
 
 GREEDY = GenerationConfig(max_tokens=12, sampling=SamplingParams(temperature=0.0, seed=0))
 TEXT = "Rewrite in the past tense: Tom walks his dog along the river every morning. " * 4

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from gambit.engine import rpc
+from gambit.engine.machine import rpc
 
 TESTS = Path(__file__).resolve().parents[1]
 PROMPTS = TESTS.parent / "resources" / "prompts" / "grounded.jsonl"

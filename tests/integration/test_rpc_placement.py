@@ -1,6 +1,6 @@
 """Where a target's layers land on real ``gambit-worker`` processes (127.0.0.1).
 
-``engine.placement.split_layers`` computes llama.cpp's placement without
+``engine.machine.placement.split_layers`` computes llama.cpp's placement without
 asking llama.cpp; here llama.cpp's own per-layer log ("layer N assigned to
 device RPC1") is the judge.
 """
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine import devices, rpc
-from gambit.engine.kernels import EXACT
-from gambit.engine.placement import placement_for
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine import devices, rpc
+from gambit.engine.machine.kernels import EXACT
+from gambit.engine.machine.placement import placement_for
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.formats.gguf_file import check_model_file
 from worker_process import workers

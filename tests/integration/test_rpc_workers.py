@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine import rpc
-from gambit.engine.kernels import EXACT
-from gambit.engine.reply import GenerationConfig, Round
-from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.machine import rpc
+from gambit.engine.machine.kernels import EXACT
+from gambit.engine.machine.runtime import RuntimeOptions
+from gambit.engine.machine.target_host import HostedRuntime, WorkerLostError
 from gambit.engine.session import Engine, EngineConfig
-from gambit.engine.target_host import HostedRuntime, WorkerLostError
+from gambit.engine.text.reply import GenerationConfig, Round
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ModelLoadError
 from gambit.models.derive import requantize
 from worker_process import WorkerProcess, free_port, workers

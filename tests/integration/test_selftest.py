@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine import rpc
+from gambit.engine.machine import rpc
 from gambit.models.default_model import DEFAULT_MODEL_FILE, bundled_model_path, default_model_path
 
 # One thread: the machine's two cores are shared with other jobs.

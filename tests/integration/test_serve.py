@@ -20,9 +20,9 @@ from typing import Any
 import openai
 import pytest
 
-from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.serve.jobs import ThreadHost
 from gambit.serve.openai_api import BODY_MAX_BYTES, ServeOptions, create_app
 from gambit.serve.prometheus import ServeMetrics

@@ -16,14 +16,14 @@ import random
 
 import numpy as np
 
-from gambit.engine.chat import ChatTemplate, Message
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.text_align import DraftContext, Drafted, target_proposal
 from gambit.engine.drafters.text_draft import GREEDY, TextDraftDrafter
-from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.policy import FixedGamma
+from gambit.engine.machine.runtime import ModelRuntime
+from gambit.engine.text.chat import ChatTemplate, Message
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
 
 CONFIG = GenerationConfig(max_tokens=48, sampling=SamplingParams(temperature=0.0))
 

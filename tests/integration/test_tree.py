@@ -20,10 +20,10 @@ from test_lossless import (
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.lookup import PromptLookupDrafter
-from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig, Round
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.policy import FixedGamma
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.text.reply import GenerationConfig, Round
+from gambit.engine.verification.sampling import SamplingParams
 
 TREE_OPTIONS = RuntimeOptions(n_ctx=1024, n_threads=2, n_seq_max=8)
 

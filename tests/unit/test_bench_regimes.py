@@ -13,7 +13,7 @@ from gambit.bench.regimes_report import markdown_table
 from gambit.bench.runner import TARGET_ONLY
 from gambit.bench.targets import TargetSpec, parse_targets
 from gambit.engine.estimates import CostModel
-from gambit.engine.metrics import GenerationStats
+from gambit.engine.gamma.metrics import GenerationStats
 from gambit.errors import GambitError
 
 

@@ -1,4 +1,4 @@
-"""Export and import of conversations (gambit.storage.chat_export, chat_import,
+"""Export and import of conversations (gambit.storage.chat_files.chat_export, chat_import,
 chat_openai) on real SQLite files: what goes out comes back field for field,
 other tools' OpenAI-style files come in as documented, and a file that cannot
 be imported gets one clear error and leaves the database as it was."""
@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from gambit.storage.chat_export import (
+from gambit.storage.chat_files.chat_export import (
     FORMAT_NAME,
     export_file_name,
     read_conversations,
     to_json,
     to_markdown,
 )
-from gambit.storage.chat_file import (
+from gambit.storage.chat_files.chat_file import (
     MAX_CONVERSATION_CHARS,
     MAX_CONVERSATIONS,
     MAX_DEPTH,
@@ -31,11 +31,11 @@ from gambit.storage.chat_file import (
     MAX_TEXT_CHARS,
     MAX_TITLE_CHARS,
 )
-from gambit.storage.chat_import import ChatImportError, import_chat_file, read_chat_file
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_files.chat_import import ChatImportError, import_chat_file, read_chat_file
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.history_memory import HistoryMemory, Tokenizer
 
-# A reply's figures as the window stores them (gambit.ui.reply_record.stats_dict).
+# A reply's figures as the window stores them (gambit.ui.window.reply_record.stats_dict).
 REPLY_STATS: dict[str, Any] = {
     "stop": "end of text",
     "error": None,

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gambit.engine.controller import GammaController
-from gambit.engine.controller_learning import RoundLearning, SourceKind
 from gambit.engine.estimates import AcceptanceModel, CostModel, chain_speedup
-from gambit.engine.reply import Round
+from gambit.engine.gamma.controller import GammaController
+from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
+from gambit.engine.text.reply import Round
 
 GAMMA_MAX = 8  # these tests' policy drafts at most 8 (the app's default: DEFAULT_GAMMA_MAX)
 

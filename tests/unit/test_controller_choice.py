@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from gambit.engine.controller import GammaController
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.estimates import CostModel
-from gambit.engine.reply import Round
+from gambit.engine.gamma.controller import GammaController
+from gambit.engine.text.reply import Round
 
 GAMMA_MAX = 8
 MODEL = 0

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from gambit.engine.controller_learning import RoundLearning, SourceKind
 from gambit.engine.estimates import CostModel
-from gambit.engine.reply import Round, StopReason
+from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
+from gambit.engine.text.reply import Round, StopReason
 
 T1 = 0.010
 

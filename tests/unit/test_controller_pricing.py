@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 
-from gambit.engine.controller_learning import RoundLearning, SourceKind
-from gambit.engine.controller_pricing import RoundPricing
 from gambit.engine.estimates import CostModel
+from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
+from gambit.engine.gamma.controller_pricing import RoundPricing
 
 T1 = 0.010
 GAMMA_MAX = 8

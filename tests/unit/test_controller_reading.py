@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 from test_controller import controller, costs, plain_round, spec_round, with_alpha
 
-from gambit.engine.controller import GammaController
-from gambit.engine.controller_learning import RoundLearning
-from gambit.engine.reply import StopReason
+from gambit.engine.gamma.controller import GammaController
+from gambit.engine.gamma.controller_learning import RoundLearning
+from gambit.engine.text.reply import StopReason
 
 
 def draft_model_controller(alpha: float = 0.95) -> GammaController:

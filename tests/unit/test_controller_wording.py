@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from gambit.engine import controller_wording as wording
-from gambit.engine.controller import GammaController
 from gambit.engine.estimates import CostModel
-from gambit.engine.policy import PolicyMode
-from gambit.engine.reply import Round
+from gambit.engine.gamma import controller_wording as wording
+from gambit.engine.gamma.controller import GammaController
+from gambit.engine.gamma.policy import PolicyMode
+from gambit.engine.text.reply import Round
 
 T1 = 0.010
 NEED = f"{(GammaController.ON_ABOVE - 1) * 100:.0f} %"  # the gain needed to switch on
@@ -141,7 +141,7 @@ def test_fixed_and_off_policies_say_so() -> None:
     assert ctrl.decision.reason == "off: the policy is off (--policy off)"
 
 
-# The sentences alone (gambit.engine.controller_wording), without a policy.
+# The sentences alone (gambit.engine.gamma.controller_wording), without a policy.
 
 
 @pytest.mark.parametrize(

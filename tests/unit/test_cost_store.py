@@ -1,4 +1,4 @@
-"""Measured costs kept between loads (gambit.engine.calibration.CostStore)."""
+"""Measured costs kept between loads (gambit.engine.gamma.calibration.CostStore)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine.calibration import CostStore
 from gambit.engine.estimates import CostModel
+from gambit.engine.gamma.calibration import CostStore
 
 
 def measured(k_max: int = 9) -> CostModel:

@@ -17,10 +17,10 @@ import pytest
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
 from gambit.engine.drafters.lookup import PromptLookupDrafter
-from gambit.engine.policy import FixedGamma
-from gambit.engine.reply import GenerationConfig, Round, StopReason
-from gambit.engine.runtime import FloatRows
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.policy import FixedGamma
+from gambit.engine.machine.runtime import FloatRows
+from gambit.engine.text.reply import GenerationConfig, Round, StopReason
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ContextOverflowError
 
 VOCAB = 12

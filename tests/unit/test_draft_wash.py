@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gambit.ui.draft_wash import align, washed_runs
+from gambit.ui.window.draft_wash import align, washed_runs
 
 
 def flags(text: str, drafted: str) -> list[bool]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine.runtime import ModelRuntime
+from gambit.engine.machine.runtime import ModelRuntime
 from gambit.errors import DamagedModelError, ModelFileError, TruncatedModelError
 from gambit.formats.gguf_file import check_model_file
 from gambit.formats.gguf_info import inspect_model

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gambit.engine.chat import ChatTemplate, Message
+from gambit.engine.text.chat import ChatTemplate, Message
 from gambit.errors import ChatTemplateError
-from gambit.storage.history import prompt_messages
-from gambit.storage.rows import Role, StoredMessage
+from gambit.storage.chat_store.rows import Role, StoredMessage
+from gambit.storage.prompts.history import prompt_messages
 
 # The alternation check of Mistral's and Llama 2's templates, shortened.
 STRICT_TEMPLATE = """

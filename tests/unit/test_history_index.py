@@ -17,7 +17,7 @@ from gambit.engine.drafters.history import (
     HistoryMatch,
 )
 from gambit.engine.drafters.lookup import PromptLookupDrafter
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.verification.sampling import SamplingParams
 
 
 def reference(docs: list[list[int]], context: list[int]) -> tuple[int, tuple[int, ...]] | None:

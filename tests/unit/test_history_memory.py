@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gambit.engine.drafters.history import HistoryIndex
-from gambit.storage.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.history_memory import HistoryMemory, Tokenizer, forget
 
 BYTES = Tokenizer("utf8-bytes", 256, lambda text: list(text.encode("utf-8")))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gambit.engine.kernels import (
+from gambit.engine.machine.kernels import (
     EXACT,
     LLAMA_DEFAULT,
     KernelChoice,

@@ -7,7 +7,7 @@ import pytest
 
 from gambit.engine.drafters.base import Draft
 from gambit.engine.drafters.lookup import PromptLookupDrafter
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.verification.sampling import SamplingParams
 
 
 def draft(drafter: PromptLookupDrafter, context: list[int], n_max: int) -> Draft:

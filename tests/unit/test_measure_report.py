@@ -14,8 +14,8 @@ import pytest
 from gambit.bench.measure import TARGET_ONLY_MODE, MeasureConfig
 from gambit.bench.measure_report import PAYS_FROM, recommend, regime_sentence, report_csv, turn_kind
 from gambit.bench.runner import ModeTotals
-from gambit.engine.metrics import GenerationStats
-from gambit.engine.reply import Round
+from gambit.engine.gamma.metrics import GenerationStats
+from gambit.engine.text.reply import Round
 
 
 def _report(speedups: dict[str, dict[str, float]], turns: int = 6) -> dict[str, Any]:

@@ -12,8 +12,8 @@ import pytest
 
 from gambit.errors import GambitError
 from gambit.storage import measurements
-from gambit.storage.conversations import ConversationStore
-from gambit.storage.history_turns import list_conversations, read_turns
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.prompts.history_turns import list_conversations, read_turns
 from gambit.storage.settings import Settings
 
 

@@ -2,7 +2,7 @@
 
 A hand-made header of a 30-block model whose sizes are round numbers, so each
 share can be worked out here: the layer counts follow llama.cpp's rule
-(engine.placement), the bytes follow models.memory's estimate.
+(engine.machine.placement), the bytes follow models.memory's estimate.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from gambit.engine.devices import DeviceMemory
-from gambit.engine.rpc import WorkerInfo
+from gambit.engine.machine.devices import DeviceMemory
+from gambit.engine.machine.rpc import WorkerInfo
 from gambit.formats.gguf_info import ModelInfo
 from gambit.models.memory import estimate_memory
 from gambit.models.memory_split import WorkerMemory, probe_workers, split_memory

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine.continuation import KeptTokens
-from gambit.storage.continuing import can_continue, kept_record, kept_tokens, was_cut
-from gambit.storage.conversations import ConversationStore, MessageNotFoundError
+from gambit.engine.text.continuation import KeptTokens
+from gambit.storage.chat_store.conversations import ConversationStore, MessageNotFoundError
+from gambit.storage.prompts.continuing import can_continue, kept_record, kept_tokens, was_cut
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The figures' definitions (gambit.engine.metrics), from hand-built Round events."""
+"""The figures' definitions (gambit.engine.gamma.metrics), from hand-built Round events."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from gambit.engine.metrics import (
+from gambit.engine.gamma.metrics import (
     NO_FIGURE,
     MetricsTracker,
     format_accepted,
@@ -15,7 +15,7 @@ from gambit.engine.metrics import (
     plain_tokens_per_s,
     speedup,
 )
-from gambit.engine.reply import Round
+from gambit.engine.text.reply import Round
 
 
 def rnd(

@@ -1,4 +1,4 @@
-"""Even streaming (gambit.engine.pacing): bursts revealed over a round's time,
+"""Even streaming (gambit.engine.text.pacing): bursts revealed over a round's time,
 never more than one round behind, driven by a clock of the test's own."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gambit.engine.pacing import SPAN_MAX_S, StreamPacer, shown_times
+from gambit.engine.text.pacing import SPAN_MAX_S, StreamPacer, shown_times
 
 
 def test_a_round_is_revealed_evenly_over_the_expected_round_time() -> None:

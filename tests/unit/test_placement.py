@@ -1,4 +1,4 @@
-"""Where llama.cpp puts a target's layers on RPC workers (engine.placement).
+"""Where llama.cpp puts a target's layers on RPC workers (engine.machine.placement).
 
 The expected splits below are worked out by hand from llama.cpp's rule; the
 integration test test_rpc_placement.py checks the rule against llama.cpp's
@@ -7,9 +7,9 @@ own per-layer log.
 
 from __future__ import annotations
 
-from gambit.engine.devices import DeviceMemory
 from gambit.engine.estimates import CostModel
-from gambit.engine.placement import (
+from gambit.engine.machine.devices import DeviceMemory
+from gambit.engine.machine.placement import (
     TargetPlacement,
     WorkerShare,
     cost_curve,
@@ -17,7 +17,7 @@ from gambit.engine.placement import (
     placement_for,
     split_layers,
 )
-from gambit.engine.rpc import WorkerInfo
+from gambit.engine.machine.rpc import WorkerInfo
 
 GIB = 1024**3
 

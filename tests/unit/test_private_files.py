@@ -16,7 +16,7 @@ import pytest
 from gambit.fsutil import make_private_dirs
 from gambit.models.library import ModelLibrary
 from gambit.storage import paths
-from gambit.storage.conversations import ConversationStore, default_store_path
+from gambit.storage.chat_store.conversations import ConversationStore, default_store_path
 from gambit.storage.files import move_aside, touch_private
 from gambit.storage.settings import Settings, SettingsStore
 from gguf_fixtures import write_small_model

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from gambit.engine.sampling import Distribution, SamplingParams, penalise, process
+from gambit.engine.verification.sampling import Distribution, SamplingParams, penalise, process
 
 
 def plain(temperature: float, repeat_penalty: float = 1.0) -> SamplingParams:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gambit.storage import paths
+from gambit.storage.chat_store.conversations import default_store_path
 from gambit.storage.check import check_storage
-from gambit.storage.conversations import default_store_path
 
 
 @pytest.fixture(autouse=True)

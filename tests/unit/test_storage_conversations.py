@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gambit.errors import GambitError
-from gambit.storage import conversations as conv_module
-from gambit.storage.conversations import (
+from gambit.storage.chat_store import conversations as conv_module
+from gambit.storage.chat_store.conversations import (
     SCHEMA_VERSION,
     ConversationNotFoundError,
     ConversationStore,

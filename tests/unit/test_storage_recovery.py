@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from gambit.storage import conversations as conv_module
-from gambit.storage.conversations import (
+from gambit.storage.chat_store import conversations as conv_module
+from gambit.storage.chat_store.conversations import (
     SCHEMA_VERSION,
     ConversationStore,
     DamagedStoreError,
     StoreInUseError,
 )
-from gambit.storage.recovery import NOT_SAVED, OpenedHistory, move_aside, open_history
-from gambit.storage.salvage import RECOVERED_TITLE, salvage
+from gambit.storage.chat_store.recovery import NOT_SAVED, OpenedHistory, move_aside, open_history
+from gambit.storage.chat_store.salvage import RECOVERED_TITLE, salvage
 
 N_CONVERSATIONS, N_MESSAGES = 30, 8
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.storage.settings import LABELS, Settings, SettingsError, SettingsStore
 
 THREADS_MESSAGE = "Threads must be 0 (automatic) or a whole number from 1 to 512, not {}."

@@ -4,7 +4,7 @@ reply's text picks up where it ended (``TextStream.finish(whole=False)``,
 
 from __future__ import annotations
 
-from gambit.engine.text_stream import TextStream
+from gambit.engine.text.text_stream import TextStream
 
 EMOJI = "🌞".encode()  # four bytes
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gambit.engine.sampling import Distribution
-from gambit.engine.tree import DraftTree, chain_tree
-from gambit.engine.verify import speculative_sample, verify_tree
+from gambit.engine.verification.sampling import Distribution
+from gambit.engine.verification.tree import DraftTree, chain_tree
+from gambit.engine.verification.verify import speculative_sample, verify_tree
 
 V = 6  # vocabulary of the synthetic cases
 

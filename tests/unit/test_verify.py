@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gambit.engine.sampling import Distribution, SamplingParams, process
-from gambit.engine.verify import (
+from gambit.engine.verification.sampling import Distribution, SamplingParams, process
+from gambit.engine.verification.verify import (
     Verdict,
     acceptance_probability,
     residual,

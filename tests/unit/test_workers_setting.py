@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.storage.settings import RELOADS, Settings, SettingsStore
 
 RULE = "Workers must each be host:port (e.g. 127.0.0.1:50052), not {!r}."

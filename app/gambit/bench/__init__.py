@@ -33,8 +33,8 @@ from gambit.bench.regimes import DRAFTERS as REGIME_DRAFTERS
 from gambit.bench.regimes import run_regimes_cli
 from gambit.bench.reuse import run_reuse_cli
 from gambit.bench.runner import TARGET_ONLY, run_bench
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import EngineConfig
+from gambit.engine.verification.sampling import SamplingParams
 
 
 def run_served_bench(

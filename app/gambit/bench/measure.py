@@ -16,7 +16,7 @@ Figures know their noise. Target-only runs twice on every turn, apart in the
 rotation; how far the two runs' rates differ is the noise floor that a gain
 must clear before it is recommended ("not enough evidence yet" otherwise),
 and every replay notes whether other programs kept the cores busy meanwhile
-(``gambit.engine.busy``). A configuration that had no draft token accepted
+(``gambit.engine.machine.busy``). A configuration that had no draft token accepted
 cannot have gained anything: it claims no speedup (None, shown "—").
 Cancel stops at the next round (and a long prompt midway, through llama.cpp's
 abort callback); nothing here writes anywhere.
@@ -37,20 +37,20 @@ from typing import Any
 from gambit.bench.costs import CALIBRATION_CONTEXT, cost_summary
 from gambit.bench.measure_report import baseline_noise, recommend, regime_sentence, turn_kind
 from gambit.bench.runner import TARGET_ONLY, ModeTotals
-from gambit.engine.backend import detect_backend
-from gambit.engine.busy import LoadMeter, LoadReading
-from gambit.engine.chat import Message
 from gambit.engine.drafters.registry import DRAFTERS, DRAFTING, DrafterKind, spec
 from gambit.engine.estimates import CostModel
-from gambit.engine.kernels import cpu_id
-from gambit.engine.metrics import GenerationStats, speedup
-from gambit.engine.reply import GenerationConfig, StopReason
-from gambit.engine.runtime import default_threads
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.metrics import GenerationStats, speedup
+from gambit.engine.machine.backend import detect_backend
+from gambit.engine.machine.busy import LoadMeter, LoadReading
+from gambit.engine.machine.kernels import cpu_id
+from gambit.engine.machine.runtime import default_threads
 from gambit.engine.session import Engine, Replay
-from gambit.engine.template_sandbox import RenderCancelledError
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig, StopReason
+from gambit.engine.text.template_sandbox import RenderCancelledError
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ContextOverflowError, GambitError
-from gambit.storage.history_turns import HistoryTurn
+from gambit.storage.prompts.history_turns import HistoryTurn
 
 SCHEMA = "gambit-bench/2"  # bench's report, extended (docs/measure.md)
 DEFAULT_MAX_TOKENS = 96

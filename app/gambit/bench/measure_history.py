@@ -1,7 +1,7 @@
 """A measurement on the user's stored chats, from request to saved file: what
 the window's worker and ``gambit-cli bench --from-history`` both run.
 
-The history is only read (``storage.history_turns``, read-only SQLite); the
+The history is only read (``storage.prompts.history_turns``, read-only SQLite); the
 report goes to its own file under the data folder (``storage.measurements``).
 """
 
@@ -30,8 +30,8 @@ from gambit.bench.runner import print_table
 from gambit.engine.session import Engine, EngineConfig
 from gambit.errors import GambitError
 from gambit.storage import measurements
-from gambit.storage.conversations import default_store_path
-from gambit.storage.history_turns import DEFAULT_LAST_TURNS, list_conversations, read_turns
+from gambit.storage.chat_store.conversations import default_store_path
+from gambit.storage.prompts.history_turns import DEFAULT_LAST_TURNS, list_conversations, read_turns
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from gambit.bench.costs import BANDWIDTH_BOUND_BELOW
 from gambit.bench.runner import TARGET_ONLY
-from gambit.engine.policy import SWITCH_ON_ABOVE
+from gambit.engine.gamma.policy import SWITCH_ON_ABOVE
 from gambit.words import counted
 
 # Speculation has to beat plain decoding by the controller's own switch-on

@@ -24,7 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from gambit.engine.estimates import CostModel
-from gambit.engine.runtime import ModelRuntime
+from gambit.engine.machine.runtime import ModelRuntime
 
 REPEATS = 5  # per part and reply: the median of five is steady to a few per cent
 

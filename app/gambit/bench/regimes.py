@@ -32,7 +32,7 @@ rotating their order per prompt, and reports per cell:
   γ's runs, which try every position;
 - time to first token and the p99 gap between tokens, target-only against
   adaptive, as they arrive and as the chat view shows them when it paces
-  bursts (``gambit.engine.pacing``);
+  bursts (``gambit.engine.text.pacing``);
 - round efficiency of fixed-γ rounds: (γ · draft step + t_verify(γ+1)) ÷ the
   measured round time;
 - at temperature 0, how many replies differ from target-only.
@@ -61,16 +61,16 @@ from gambit.bench.parts import PartTimes, time_parts
 from gambit.bench.regimes_report import markdown_table, save_chart, text_table
 from gambit.bench.runner import TARGET_ONLY, BenchPrompt, ModeTotals, load_prompts, run_once
 from gambit.bench.targets import TargetSpec, derive_targets, parse_targets
-from gambit.engine.backend import detect_backend
 from gambit.engine.drafters.registry import DRAFTING, TREE_DRAFTERS, DrafterKind, spec
 from gambit.engine.estimates import CostModel
-from gambit.engine.kernels import cpu_id
-from gambit.engine.pacing import REPAINT_S, shown_times
-from gambit.engine.policy import DEFAULT_GAMMA_MAX
-from gambit.engine.reply import GenerationConfig, Round
-from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.policy import DEFAULT_GAMMA_MAX
+from gambit.engine.machine.backend import detect_backend
+from gambit.engine.machine.kernels import cpu_id
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig, GammaController
+from gambit.engine.text.pacing import REPAINT_S, shown_times
+from gambit.engine.text.reply import GenerationConfig, Round
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError
 from gambit.formats.layerskip_file import write_layer_skip_model
 from gambit.models.drafter_files import resolve_drafter_file

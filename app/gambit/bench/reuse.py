@@ -31,10 +31,10 @@ from gambit.bench.paired import paired_ratio
 from gambit.bench.runner import run_once
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.registry import COPYING_DRAFTERS
-from gambit.engine.metrics import GenerationStats
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.metrics import GenerationStats
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.words import counted
 

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gambit.engine.chat import Message
-from gambit.engine.metrics import NO_FIGURE, GenerationStats, format_sources, speedup
-from gambit.engine.placement import TargetPlacement, WorkerShare, cost_curve
-from gambit.engine.policy import PolicyMode
-from gambit.engine.reply import GenerationConfig, Round
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.metrics import NO_FIGURE, GenerationStats, format_sources, speedup
+from gambit.engine.gamma.policy import PolicyMode
+from gambit.engine.machine.placement import TargetPlacement, WorkerShare, cost_curve
 from gambit.engine.session import Engine, EngineConfig, GammaController
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig, Round
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
 
 TARGET_ONLY = "target-only"
@@ -299,7 +299,7 @@ def _engine_facts(engine: Engine) -> dict[str, Any]:
 
 
 def _speedup(mode: str, stats: GenerationStats, base: float) -> float:
-    """A mode's speedup as ``gambit.engine.metrics`` defines it, against the
+    """A mode's speedup as ``gambit.engine.gamma.metrics`` defines it, against the
     target-only runs of the same prompts: 1.0 for target-only itself and for a
     mode that drafted nothing (it did the target-only work), else measured."""
     if mode == TARGET_ONLY or not stats.n_drafted:

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 from gambit.bench.paired import paired_ratio
 from gambit.bench.runner import load_prompts
-from gambit.engine.chat import Message
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.serve.jobs import ThreadHost, model_name
 from gambit.serve.openai_api import ServeOptions, create_app
 from gambit.serve.prometheus import ServeMetrics

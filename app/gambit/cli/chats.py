@@ -12,16 +12,16 @@ from typing import Any
 
 from gambit.errors import GambitError
 from gambit.fsutil import write_atomic
-from gambit.storage.chat_export import (
+from gambit.storage.chat_files.chat_export import (
     EXPORT_FORMATS,
     ExportFormat,
     export_text,
     local_time,
     read_conversations,
 )
-from gambit.storage.chat_file import MAX_FILE_BYTES, MAX_MESSAGES
-from gambit.storage.chat_import import add_chat_file, read_chat_file
-from gambit.storage.conversations import ConversationStore, default_store_path
+from gambit.storage.chat_files.chat_file import MAX_FILE_BYTES, MAX_MESSAGES
+from gambit.storage.chat_files.chat_import import add_chat_file, read_chat_file
+from gambit.storage.chat_store.conversations import ConversationStore, default_store_path
 from gambit.words import counted
 
 _MARKDOWN_SUFFIXES = (".md", ".markdown")

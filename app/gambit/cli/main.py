@@ -26,12 +26,8 @@ from gambit.cli.models import add_models_parser, run_models
 from gambit.cli.serve import add_serve_args, serve
 from gambit.cli.setting_flags import add_setting_flags, dest, settings_from_args
 from gambit.cli.stop_signals import StopSignals
-from gambit.engine import rpc
-from gambit.engine.busy import LoadMeter
-from gambit.engine.chat import Message
 from gambit.engine.drafters.registry import DRAFTERS, DrafterSpec, combined_kind
-from gambit.engine.limits import positive_int_arg
-from gambit.engine.metrics import (
+from gambit.engine.gamma.metrics import (
     NO_FIGURE,
     MetricsSnapshot,
     MetricsTracker,
@@ -39,10 +35,14 @@ from gambit.engine.metrics import (
     format_rate,
     format_speedup,
 )
-from gambit.engine.policy import DEFAULT_GAMMA_MAX
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.policy import DEFAULT_GAMMA_MAX
+from gambit.engine.machine import rpc
+from gambit.engine.machine.busy import LoadMeter
+from gambit.engine.machine.limits import positive_int_arg
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.fsutil import NO_COUNTS, Progress
 from gambit.models.default_model import default_model_path
@@ -412,7 +412,7 @@ def _stats_line(engine: Engine, s: MetricsSnapshot, stop: str) -> str:
 def summary_line(
     s: MetricsSnapshot, *, drafter: str | None, detail: str | None, reason: str, stop: str
 ) -> str:
-    """The reply's figures as the window shows them (``gambit.engine.metrics``):
+    """The reply's figures as the window shows them (``gambit.engine.gamma.metrics``):
     the speedup is the measured one; the controller's is labelled an expectation."""
     parts = [f"[{drafter or 'target only'}]", f"{s.n_tokens} tokens", format_rate(s.tokens_per_s)]
     if drafter:

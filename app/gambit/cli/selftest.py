@@ -31,16 +31,16 @@ from pathlib import Path
 
 from gambit import __version__
 from gambit.cli.setting_flags import add_setting_flag
-from gambit.engine import rpc
-from gambit.engine.backend import detect_backend
-from gambit.engine.chat import Message
 from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
-from gambit.engine.kernels import KernelChoice, KernelProbe
-from gambit.engine.metrics import GenerationStats
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import RuntimeOptions, default_threads
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.metrics import GenerationStats
+from gambit.engine.machine import rpc
+from gambit.engine.machine.backend import detect_backend
+from gambit.engine.machine.kernels import KernelChoice, KernelProbe
+from gambit.engine.machine.runtime import RuntimeOptions, default_threads
 from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError
 from gambit.logs import setup_logging
 from gambit.models.default_model import DEFAULT_MODEL_FILE, bundled_model_path, default_model_path

@@ -8,8 +8,8 @@ import threading
 
 from gambit.cli.setting_flags import add_setting_flags
 from gambit.cli.stop_signals import StopSignals
-from gambit.engine.sampling import SamplingParams
 from gambit.engine.session import Engine
+from gambit.engine.verification.sampling import SamplingParams
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:

@@ -61,7 +61,7 @@ def _parser(name: str) -> Callable[[str], Any]:
         problem = None if isinstance(value, tuple) else declared.problem_with(value)
         if problem is not None:
             # ("argument --temp: must be 0 or more, not -1": the flag names the
-            # setting; a shared rule of engine.limits names the value itself)
+            # setting; a shared rule of engine.machine.limits names the value itself)
             shown_value = "" if declared.problem is not None else f", not {text}"
             raise argparse.ArgumentTypeError(f"{problem}{shown_value}")
         return value

@@ -1,7 +1,7 @@
 """``gambit-worker``: lend this machine's memory and compute to a Gambit elsewhere.
 
 It serves the GPUs (or, without one, the CPU) through llama.cpp's RPC
-backend (``gambit.engine.rpc``) and holds whatever layers of the target the
+backend (``gambit.engine.machine.rpc``) and holds whatever layers of the target the
 Gambit on the other machine places here. The protocol has no authentication
 and no encryption, so it binds to 127.0.0.1 unless told otherwise; an SSH
 tunnel is the safe way across a network (docs/multi-machine.md).
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 
 from gambit.cli.setting_flags import add_setting_flag
 from gambit.cli.stop_signals import StopSignals
-from gambit.engine import rpc
-from gambit.engine.devices import LocalDevice, served_devices
-from gambit.engine.runtime import default_threads
+from gambit.engine.machine import rpc
+from gambit.engine.machine.devices import LocalDevice, served_devices
+from gambit.engine.machine.runtime import default_threads
 from gambit.errors import GambitError
 from gambit.storage import paths
 

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
-from gambit.engine.policy import DEFAULT_GAMMA, FixedGamma
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.policy import DEFAULT_GAMMA, FixedGamma
+from gambit.engine.machine.runtime import ModelRuntime
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
 
 
 def greedy_acceptance(

@@ -26,14 +26,14 @@ from typing import Protocol, cast
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, ChoosingDrafter, Draft, Drafter, TreeDrafter
-from gambit.engine.policy import DEFAULT_GAMMA, FixedGamma, GammaPolicy
-from gambit.engine.reply import GenerationConfig, Round, StopReason
-from gambit.engine.runtime import FloatRows
-from gambit.engine.sampling import Distribution, SamplingParams, process
-from gambit.engine.text_stream import TextStream
-from gambit.engine.tokens import common_prefix_length
-from gambit.engine.tree import DraftTree
-from gambit.engine.verify import speculative_sample, verify_tree
+from gambit.engine.gamma.policy import DEFAULT_GAMMA, FixedGamma, GammaPolicy
+from gambit.engine.machine.runtime import FloatRows
+from gambit.engine.machine.tokens import common_prefix_length
+from gambit.engine.text.reply import GenerationConfig, Round, StopReason
+from gambit.engine.text.text_stream import TextStream
+from gambit.engine.verification.sampling import Distribution, SamplingParams, process
+from gambit.engine.verification.tree import DraftTree
+from gambit.engine.verification.verify import speculative_sample, verify_tree
 from gambit.errors import ContextOverflowError, DecodeAbortedError
 
 # A drafter at most this many tokens behind reads them within a round, as every

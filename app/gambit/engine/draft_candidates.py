@@ -15,9 +15,9 @@ from pathlib import Path
 
 from gambit.engine.drafters.base import Drafter
 from gambit.engine.drafters.registry import BuildInput, spec
-from gambit.engine.kernels import KernelProbe
-from gambit.engine.model_loading import load_draft_runtime
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.kernels import KernelProbe
+from gambit.engine.machine.model_loading import load_draft_runtime
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 
 
 class DraftCandidates:

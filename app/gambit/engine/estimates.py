@@ -2,7 +2,7 @@
 
 ``CostModel`` holds t_target(k), the time to verify a batch of k tokens on
 this machine, and the cost of one draft step, as t1 = t_target(1) times
-ratios; it is calibrated at load (``gambit.engine.calibration``) and updated
+ratios; it is calibrated at load (``gambit.engine.gamma.calibration``) and updated
 from every round's timings. ``AcceptanceModel`` holds per-position acceptance
 α_i, updated from every round's outcomes.
 """

@@ -17,13 +17,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from gambit.engine.calibration import CALIBRATION_FILLER, CostStore, calibrate
-from gambit.engine.chat import ChatPrompt, ChatPromptBuilder, Message
-from gambit.engine.continuation import KeptTokens, resume_tokens
-
-# Public through this module: the policies Engine.new_controller makes, which
-# callers hold (one per mode in the bench) and hand back to use_controller.
-from gambit.engine.controller import GammaController as GammaController
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.draft_candidates import DraftCandidates
 from gambit.engine.drafters.base import ChoosingDrafter, Drafter
@@ -39,16 +32,29 @@ from gambit.engine.drafters.registry import (
 )
 from gambit.engine.drafters.text_draft import TextDraftDrafter
 from gambit.engine.estimates import CostModel
-from gambit.engine.kernels import KernelChoice, KernelProbe
-from gambit.engine.metrics import GenerationStats, plain_tokens_per_s, reply_baseline
-from gambit.engine.model_loading import Progress, choose_kernels, load_draft_runtime
-from gambit.engine.placement import TargetPlacement
-from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX, Decision, FixedGamma, PolicyMode
-from gambit.engine.reply import GenerationConfig, Round, StopReason
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.target_host import HostedRuntime, open_target
-from gambit.engine.template_sandbox import RenderCancelledError
-from gambit.engine.tokens import common_prefix_length
+from gambit.engine.gamma.calibration import CALIBRATION_FILLER, CostStore, calibrate
+
+# Public through this module: the policies Engine.new_controller makes, which
+# callers hold (one per mode in the bench) and hand back to use_controller.
+from gambit.engine.gamma.controller import GammaController as GammaController
+from gambit.engine.gamma.metrics import GenerationStats, plain_tokens_per_s, reply_baseline
+from gambit.engine.gamma.policy import (
+    DEFAULT_GAMMA,
+    DEFAULT_GAMMA_MAX,
+    Decision,
+    FixedGamma,
+    PolicyMode,
+)
+from gambit.engine.machine.kernels import KernelChoice, KernelProbe
+from gambit.engine.machine.model_loading import Progress, choose_kernels, load_draft_runtime
+from gambit.engine.machine.placement import TargetPlacement
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.target_host import HostedRuntime, open_target
+from gambit.engine.machine.tokens import common_prefix_length
+from gambit.engine.text.chat import ChatPrompt, ChatPromptBuilder, Message
+from gambit.engine.text.continuation import KeptTokens, resume_tokens
+from gambit.engine.text.reply import GenerationConfig, Round, StopReason
+from gambit.engine.text.template_sandbox import RenderCancelledError
 from gambit.errors import ModelFileError
 
 if TYPE_CHECKING:
@@ -346,7 +352,7 @@ class Engine:
 
     def finish_reply(self, stats: GenerationStats, *, remeasure: bool = True) -> float:
         """The baseline of the reply just streamed (``stats``), as
-        ``gambit.engine.metrics`` defines it: its own rate if it drafted
+        ``gambit.engine.gamma.metrics`` defines it: its own rate if it drafted
         nothing, else plain decoding on its context, from a plain step
         re-timed now (``remeasure_baseline``; the last baseline with
         ``remeasure`` False, when nobody waits for the figure, or when the
@@ -524,7 +530,7 @@ class Engine:
     ) -> Iterator[Round]:
         """Stream the assistant's reply to ``messages``, one round at a time.
         ``reply``: Continue a reply to them that was cut, from its tokens
-        (``resume_tokens``), its turn left open (``gambit.engine.continuation``)."""
+        (``resume_tokens``), its turn left open (``gambit.engine.text.continuation``)."""
         builder = self.chat_builder
         try:
             prompt = builder.build(messages, config.max_tokens, cancel, reply=reply)

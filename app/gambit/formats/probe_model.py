@@ -3,7 +3,7 @@
 Which llama.cpp kernels run a model, whether its batched and single-token
 logits agree, and which configuration is faster depend on the tensors'
 weight types and shapes and on the CPU, not on how many times the blocks
-repeat. The kernel probe (``gambit.engine.kernels``) loads and runs the
+repeat. The kernel probe (``gambit.engine.machine.kernels``) loads and runs the
 model once per configuration, which for a 1.8 GB target took 33 s; on a
 miniature of it (every tensor outside the blocks, one block of each tensor
 layout, and as many more as make the blocks' bytes a quarter of the rest's,

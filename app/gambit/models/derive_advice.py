@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gambit.engine.estimates import CostModel
-from gambit.engine.kernels import KernelProbe
-from gambit.engine.policy import DEFAULT_GAMMA_MAX
+from gambit.engine.gamma.policy import DEFAULT_GAMMA_MAX
+from gambit.engine.machine.kernels import KernelProbe
 from gambit.formats.gguf_file import check_model_file
 from gambit.formats.gguf_info import quantization_name
 from gambit.models.derive import estimate_output_size, estimate_tensor_bytes

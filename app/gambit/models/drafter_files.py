@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from gambit.engine.drafters.registry import DrafterKind, spec
 
 if TYPE_CHECKING:
-    from gambit.engine.runtime import RuntimeOptions
+    from gambit.engine.machine.runtime import RuntimeOptions
     from gambit.formats.layerskip_file import Cancel
     from gambit.fsutil import Progress
 

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gambit.engine.calibration import calibrate
-from gambit.engine.policy import DEFAULT_GAMMA_MAX
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.gamma.calibration import calibrate
+from gambit.engine.gamma.policy import DEFAULT_GAMMA_MAX
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.errors import ModelFileError
 from gambit.formats.gguf_file import check_model_file
 from gambit.formats.layerskip_file import (

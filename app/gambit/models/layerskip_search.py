@@ -19,9 +19,9 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
-from gambit.engine.chat import ChatPromptBuilder, Message
 from gambit.engine.estimates import CostModel, chain_speedup
-from gambit.engine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.text.chat import ChatPromptBuilder, Message
 from gambit.errors import GambitError
 from gambit.formats.layerskip_file import (
     Cancel,

@@ -40,8 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gambit.engine import devices
-from gambit.engine.kernels import KVType
+from gambit.engine.machine import devices
+from gambit.engine.machine.kernels import KVType
 from gambit.formats.gguf_info import ModelInfo
 
 # psutil ships no type hints; imported this way, mypy needs no stubs package.

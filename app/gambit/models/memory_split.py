@@ -1,6 +1,6 @@
 """Where the target's memory goes when RPC workers hold some of its layers.
 
-The layers go where llama.cpp puts them (``gambit.engine.placement``, which
+The layers go where llama.cpp puts them (``gambit.engine.machine.placement``, which
 mirrors its rule: the last ``n_gpu_layers`` of the ``n_layer + 1`` layers,
 the output layer last, spread over the workers' devices in proportion to the
 memory each reports free); the token embeddings always stay on this machine.
@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gambit.engine import rpc
-from gambit.engine.kernels import KVType
-from gambit.engine.placement import placement_for
+from gambit.engine.machine import rpc
+from gambit.engine.machine.kernels import KVType
+from gambit.engine.machine.placement import placement_for
 from gambit.formats.gguf_info import ModelInfo
 from gambit.models.memory import estimate_memory, format_size
 from gambit.words import counted

@@ -4,7 +4,7 @@
 text, its drafted flags, the tokens behind it, a snapshot of the figures now
 and then) and, at the end, one ``ReplyResult``. The tokens travel with the
 text so that the window can keep a reply's tokens with it, for Continue
-(``gambit.storage.continuing``).
+(``gambit.storage.prompts.continuing``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gambit.engine.metrics import MetricsSnapshot, MetricsTracker
-from gambit.engine.reply import Round, StopReason
+from gambit.engine.gamma.metrics import MetricsSnapshot, MetricsTracker
 from gambit.engine.session import Engine
+from gambit.engine.text.reply import Round, StopReason
 
 # The stats panel repaints every 100 ms; half that keeps it current.
 SNAPSHOT_INTERVAL_S = 0.05

@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from gambit.engine.backend import BackendInfo, detect_backend
-from gambit.engine.busy import LoadMeter
-from gambit.engine.chat import Message
-from gambit.engine.continuation import KeptTokens
 from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
-from gambit.engine.placement import TargetPlacement, describe_costs
-from gambit.engine.reply import GenerationConfig, Round
-from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.machine.backend import BackendInfo, detect_backend
+from gambit.engine.machine.busy import LoadMeter
+from gambit.engine.machine.placement import TargetPlacement, describe_costs
+from gambit.engine.machine.runtime import RuntimeOptions
+from gambit.engine.machine.target_host import WorkerLostError
 from gambit.engine.session import Engine, EngineConfig
-from gambit.engine.target_host import WorkerLostError
+from gambit.engine.text.chat import Message
+from gambit.engine.text.continuation import KeptTokens
+from gambit.engine.text.reply import GenerationConfig, Round
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.fsutil import Progress
 from gambit.models.default_model import default_model_path, describe_progress
@@ -58,7 +58,7 @@ class EngineInfo:
     load_seconds: float
     # The drafter's shape in one line: "tree, up to 8 nodes", "skips blocks 12, 15 of 30"
     drafter_detail: str | None = None
-    # The target's kernels and why (gambit.engine.kernels.KernelChoice.describe)
+    # The target's kernels and why (gambit.engine.machine.kernels.KernelChoice.describe)
     kernels: str | None = None
     # Why the drafter chosen in the settings is not used, in plain words (layer
     # skipping would not pay, or its search was cancelled); None when it is.

@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gambit.engine.chat import Message
-from gambit.engine.metrics import MetricsTracker
-from gambit.engine.reply import GenerationConfig, StopReason
+from gambit.engine.gamma.metrics import MetricsTracker
 from gambit.engine.session import Engine
-from gambit.engine.template_sandbox import RenderCancelledError
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig, StopReason
+from gambit.engine.text.template_sandbox import RenderCancelledError
 from gambit.errors import ContextOverflowError, GambitError
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServedFigures:
-    """What a served reply measured: the window's figures (gambit.engine.metrics),
+    """What a served reply measured: the window's figures (gambit.engine.gamma.metrics),
     sent with the response under "gambit" (OpenAI clients ignore extra fields)."""
 
     prompt_tokens: int

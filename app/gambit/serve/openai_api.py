@@ -35,9 +35,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gambit.engine.chat import Message
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.text.chat import Message
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.serve.jobs import EngineHost, Job, Outcome
 from gambit.serve.prometheus import ServeMetrics
 from gambit.words import counted

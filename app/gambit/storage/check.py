@@ -1,6 +1,6 @@
 """What ``gambit --self-test`` says about the files Gambit keeps: readable,
 writable, room left. It only reads: repairing is the app's job at start-up
-(storage.recovery, SettingsStore, ModelLibrary), which also tells the user."""
+(storage.chat_store.recovery, SettingsStore, ModelLibrary), which also tells the user."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gambit.storage import paths
-from gambit.storage.conversations import default_store_path
+from gambit.storage.chat_store.conversations import default_store_path
 from gambit.storage.settings import SettingsStore
 
 # Below this, a reply or a derived draft may not fit: say so before it happens.

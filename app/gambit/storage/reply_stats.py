@@ -1,7 +1,7 @@
 """The figures stored with a reply, as they read and as their readers rely on them.
 
 The window stores a dict of figures with each assistant message
-(``gambit.ui.reply_record.stats_dict``) and reads it back as the line under the
+(``gambit.ui.window.reply_record.stats_dict``) and reads it back as the line under the
 reply (``reply_footer``), also written into Markdown exports. A file imported
 from elsewhere may hold any JSON there, so ``stats_problem`` says whether a
 dict has the types these readers assume: keys they know must have them,
@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gambit.engine.metrics import format_accepted, format_rate, format_speedup
+from gambit.engine.gamma.metrics import format_accepted, format_rate, format_speedup
 
 
 def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
@@ -33,7 +33,7 @@ def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
 def reply_footer(stats: Mapping[str, Any] | None) -> str:
     """The line under a reply, from the figures stored with it (``"tokens"``,
     ``"tokens_per_s"``, ``"speedup"``, ...: see ``MainWindow``), formatted as
-    the statistics panel and the CLI format them (``gambit.engine.metrics``).
+    the statistics panel and the CLI format them (``gambit.engine.gamma.metrics``).
 
     A speedup shows only where one was stored: a reply that drafted nothing
     has none, and replies saved before it was stored are not guessed at.
@@ -86,7 +86,7 @@ def _or_null(check: Callable[[object], bool]) -> Callable[[object], bool]:
 
 
 # What each known key must hold, in words and as a check: the readers above,
-# and the drafted-text highlight (``gambit.ui.reply_record.expand``, which
+# and the drafted-text highlight (``gambit.ui.window.reply_record.expand``, which
 # expands "drafted" run lengths into one flag per character).
 STATS_KEYS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "stop": ("text", lambda v: isinstance(v, str)),

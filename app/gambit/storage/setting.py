@@ -26,7 +26,7 @@ class Setting:
     valid; ``high_field``: the bound is another field's value), and ``rule`` is
     the sentence after the label when a value is outside them. ``spin``: the
     dialog's range where it is narrower than the valid one (or has no end).
-    ``problem``: a rule shared with the command line (``engine.limits``); a
+    ``problem``: a rule shared with the command line (``engine.machine.limits``); a
     value it refuses crashes llama.cpp, so a settings file never loads it.
     ``model_file``: it names a model file or decides which ones load, so a
     change has the files checked (``models.settings_check``) before the

@@ -24,19 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gambit.engine import rpc
 from gambit.engine.drafters.registry import DRAFTERS, TREE_DRAFTERS, DrafterKind, FileSource
-from gambit.engine.limits import THREADS_MAX, threads_problem, workers_problem
-from gambit.engine.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX
-from gambit.engine.reply import GenerationConfig
-from gambit.engine.runtime import RuntimeOptions
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.gamma.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX
+from gambit.engine.machine import rpc
+from gambit.engine.machine.limits import THREADS_MAX, threads_problem, workers_problem
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import (
     DEFAULT_TREE_NODES,
     TREE_NODES_MAX,
     TREE_NODES_MIN,  # draft tokens per tree round (the verification batch is one more)
     EngineConfig,
 )
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError
 from gambit.fsutil import write_atomic
 from gambit.storage import paths

@@ -76,13 +76,13 @@ def _run_bundled(flag: str, argv: Sequence[str]) -> int:
 
 def _import_ui() -> None:
     """The self-test's check that the whole UI is there (bundled, importable)."""
-    import gambit.ui.main_window  # noqa: F401
+    import gambit.ui.window.main_window  # noqa: F401
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["--gambit-kernel-probe"]:  # a bundle starts itself as the probe child
-        from gambit.engine.kernel_child import child_main
+        from gambit.engine.machine.kernel_child import child_main
 
         return child_main(args_in[1:])
     if args_in[:1] and args_in[0] in BUNDLE_FLAGS:  # a bundle starts itself as pip / derive
@@ -134,10 +134,10 @@ def _run_gui(qt_args: list[str]) -> int:
 
     from gambit.logs import set_crash_notifier
     from gambit.qt import compat
-    from gambit.storage.conversations import default_store_path
-    from gambit.storage.recovery import open_history
+    from gambit.storage.chat_store.conversations import default_store_path
+    from gambit.storage.chat_store.recovery import open_history
     from gambit.storage.settings import SettingsStore
-    from gambit.ui.main_window import MainWindow
+    from gambit.ui.window.main_window import MainWindow
 
     # PySide6 6.12.0 loses a reference to None or True on most calls: repair that
     # before any other thread starts (a no-op on a binding without the bug).

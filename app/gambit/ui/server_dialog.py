@@ -32,7 +32,7 @@ from gambit.qt.worker import EngineInfo
 from gambit.serve.openai_api import ServeOptions
 from gambit.storage.settings import SETTINGS, Settings
 from gambit.ui import theme
-from gambit.ui.settings_widgets import help_line, spin
+from gambit.ui.settings.settings_widgets import help_line, spin
 
 
 @dataclass(frozen=True)

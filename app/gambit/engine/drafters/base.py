@@ -8,8 +8,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from gambit.engine.sampling import Distribution, SamplingParams
-from gambit.engine.tree import DraftTree
+from gambit.engine.verification.sampling import Distribution, SamplingParams
+from gambit.engine.verification.tree import DraftTree
 
 
 @dataclass(frozen=True, slots=True)

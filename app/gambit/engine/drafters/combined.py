@@ -35,7 +35,7 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.drafters.text_draft import TextDraftDrafter
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.verification.sampling import SamplingParams
 
 
 class CombinedDrafter:

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
-from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import Distribution, SamplingParams, process
-from gambit.engine.tokens import common_prefix_length
-from gambit.engine.tree import DraftTree, chain_tree
+from gambit.engine.machine.runtime import ModelRuntime
+from gambit.engine.machine.tokens import common_prefix_length
+from gambit.engine.verification.sampling import Distribution, SamplingParams, process
+from gambit.engine.verification.tree import DraftTree, chain_tree
 from gambit.errors import IncompatibleDraftError
 
 # As llama.cpp's common/speculative.cpp: vocabularies may differ by a few

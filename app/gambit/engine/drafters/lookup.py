@@ -23,8 +23,8 @@ import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
 from gambit.engine.drafters.history import HistoryIndex, HistoryMatch
-from gambit.engine.sampling import SamplingParams
-from gambit.engine.tree import DraftTree, chain_tree
+from gambit.engine.verification.sampling import SamplingParams
+from gambit.engine.verification.tree import DraftTree, chain_tree
 
 
 class PromptLookupDrafter:

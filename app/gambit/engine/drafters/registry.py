@@ -28,7 +28,7 @@ from gambit.errors import ModelFileError
 from gambit.formats.layerskip_file import LayerSkipInfo, read_layer_skip_info
 
 if TYPE_CHECKING:
-    from gambit.engine.runtime import ModelRuntime
+    from gambit.engine.machine.runtime import ModelRuntime
 
 DrafterKind = Literal["none", "draft", "lookup", "draft+lookup", "layerskip"]
 # Where a drafter's GGUF comes from: it has none; the user chooses it; or it is

@@ -36,8 +36,8 @@ from gambit.engine.drafters.text_align import (
     PieceIndex,
     target_proposal,
 )
-from gambit.engine.runtime import ModelRuntime
-from gambit.engine.sampling import SamplingParams
+from gambit.engine.machine.runtime import ModelRuntime
+from gambit.engine.verification.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0)
 # Draft steps per target token: its running mean's weight, and bounds.

@@ -13,6 +13,6 @@ One module per part of the window; ``dialog.ModelsDialog`` wires them:
 
 The rules behind them live below the UI: which pair the memory view counts
 (``gambit.models.pairing.estimate_pair``), which KV cache the settings imply
-(``gambit.engine.kernels.implied_kernels``), what deriving may gain
+(``gambit.engine.machine.kernels.implied_kernels``), what deriving may gain
 (``gambit.models.derive_advice``).
 """

@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gambit.engine.kernels import implied_kernels
-from gambit.engine.runtime import RuntimeOptions
+from gambit.engine.machine.kernels import implied_kernels
+from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.errors import GambitError
 from gambit.formats.gguf_info import ModelInfo, inspect_model
 from gambit.fsutil import Progress

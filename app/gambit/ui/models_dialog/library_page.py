@@ -28,7 +28,7 @@ from gambit.models.library import LibraryEntry, ScanProblem
 from gambit.ui import theme
 from gambit.ui.models_dialog.text import display_name, format_bytes, format_params, same_file
 from gambit.ui.models_dialog.widgets import PATH_ROLE, button, cell, message_label, show_message
-from gambit.ui.settings_dialog import GGUF_FILTER
+from gambit.ui.settings.settings_dialog import GGUF_FILTER
 from gambit.words import counted
 
 EMPTY_TEXT = (

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QLabel, QProgressBar, QVBoxLayout
 
-from gambit.engine.kernels import KVType
+from gambit.engine.machine.kernels import KVType
 from gambit.formats.gguf_info import ModelInfo
 from gambit.models.memory import MemoryEstimate, available_memory, check_fits, estimate_memory
 from gambit.models.memory_split import MemorySplit, WorkerMemory, split_memory

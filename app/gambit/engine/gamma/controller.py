@@ -1,0 +1,373 @@
+"""When to bet: adaptive γ, an automatic off-switch and probing, from measurements.
+
+Speculation pays when the expected tokens per round outrun what the round
+costs. With per-position acceptance α_i (the chance the i-th draft token is
+accepted given the ones before it were), a round with γ draft tokens yields
+
+    E[tokens | γ] = 1 + Σ_{i=1..γ} Π_{j=1..i} α_j
+
+and costs γ·t_draft + t_target(γ+1), where t_target(k) is the time to verify
+a batch of k tokens *on this machine* (on a CPU it grows with k; on a GPU it
+barely does). Plain decoding yields 1 token per t_target(1). The policy picks
+the γ in 0..γ_max with the best expected rate; γ = 0 means speculation off.
+
+While off, nothing is learned about acceptance, so the policy probes: a
+draft of the length that would pay best if every token landed, as often as
+keeps probing under 3 % of the plain decoding time (a failed probe wastes its
+draft and the larger batch; a draft model must first re-read what it
+skipped). Hysteresis (switch on above +5 %, off below ±0 %) keeps it from
+flapping on noise.
+
+Reading is a cost too. A draft model reads each prompt before it can draft,
+and on a CPU a small quantized draft may read slower than the target does
+(measured: SmolLM2 Q4_1 prompt processing at 297 tokens/s, its F32 target at
+580). So a reply decodes plainly, and says why, where even drafts that all
+land could not save what reading its prompt costs over the reply's expected
+length (learned from earlier replies, capped by max tokens): a long prompt
+and a short answer.
+
+Switching off is not free either: a draft model switched off must re-read
+what it skipped before it is tried again. So it switches off only where
+drafting would not pay even with acceptance one standard error above its
+estimate, which after a few rounds is worth little.
+
+Token trees add a second knob, w side nodes next to the main chain of γ.
+Their worth is measured the same way: ``side_gain`` is the running mean of
+draft tokens accepted thanks to side nodes, per side node sent, so
+
+    E[tokens | γ, w] = E[tokens | γ] + w · side_gain
+
+at a cost of γ·t_draft + t_target(γ + 1 + w). The policy picks the (γ, w)
+with the best expected rate; where a batch costs about as much as one token
+(GPUs) side nodes are nearly free and trees win, where every extra token in
+the batch costs (a small CPU) the measured gain must beat it.
+
+A drafter with two sources (the draft model and prompt lookup) offers both
+each round where lookup has a match, and ``choose`` takes the one whose best
+round is expected to pay more, each with its own acceptance (by hint) and its
+own cost: a lookup draft costs no draft steps, but the draft model must read
+the tokens it supplied before it drafts again, so each is priced at that
+catch-up (``CostModel.catch_up_cost``). A lookup copy can also be offered
+checked by the draft model (read in one batch, cut where the model's top
+choice differs): priced at reading γ tokens now, with the acceptance
+learned for checked copies apart. It is an option only where the model
+reads a token for well under a draft step (a GPU, where a batch costs about
+one step); where reading costs about what drafting does (a small quantized
+draft on a CPU) the check costs what the model's own chain does.
+
+Everything here is measured (``gambit.engine.estimates``): ``CostModel`` is
+calibrated at load (``calibrate``) and updated from every round's timings and
+every prompt the drafter reads; ``AcceptanceModel`` from every round's outcomes.
+
+The policy is three pieces, each testable alone: ``RoundLearning`` records
+what rounds and readings show (``gambit.engine.gamma.controller_learning``),
+``RoundPricing`` prices every round shape from that and changes nothing
+(``gambit.engine.gamma.controller_pricing``), and ``GammaController`` here decides:
+the mode, on or off per drafter hint, probes, sitting a reply out. Its
+sentences are ``gambit.engine.gamma.controller_wording``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from gambit.engine.estimates import AcceptanceModel, CostModel
+from gambit.engine.gamma import controller_wording as wording
+from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
+from gambit.engine.gamma.controller_pricing import RoundPricing
+from gambit.engine.gamma.policy import (
+    DEFAULT_GAMMA,
+    DEFAULT_GAMMA_MAX,
+    SWITCH_ON_ABOVE,
+    Decision,
+    PolicyMode,
+)
+from gambit.engine.text.reply import Round
+
+
+class GammaController:
+    """Chooses γ for each round (``GammaPolicy``), and keeps measuring whatever the mode.
+
+    - ``adaptive``: the γ in 0..γ_max with the best expected tokens per second;
+      off when no γ beats plain decoding, with probes to switch back on.
+    - ``fixed``: always ``fixed_gamma``.
+    - ``off``: never speculate.
+
+    Costs and acceptance are learned from every round in every mode
+    (``learning``), so the baseline and the expected speedup stay current
+    when the user switches. ``decision`` is the last round's, with its reason.
+    """
+
+    ON_ABOVE = SWITCH_ON_ABOVE
+    OFF_BELOW = 1.0
+    # Probing costs something (a draft model must catch up on skipped text):
+    # only probe where the best case, every draft accepted, is clearly a win.
+    PROBE_CEILING = 1.2
+    PROBE_BASE = 16  # the fewest plain tokens between probes
+    PROBE_MAX = 2048  # the most: the text may have changed since
+    # While off, probing may cost at most this share of the plain decoding
+    # time it interrupts: a probe that fails wastes its draft and the larger
+    # verification batch, and a draft model must first catch up on every
+    # token it skipped (measured: ~0.2 of a target token each on a CPU, up to
+    # 256 of them). So a cheap probe (prompt lookup) comes every few dozen
+    # tokens, a costly one waits for the start of a reply, where the draft
+    # reads the prompt during prompt processing, or until it is paid for.
+    PROBE_BUDGET = 0.03
+
+    def __init__(
+        self,
+        costs: CostModel,
+        mode: PolicyMode = "adaptive",
+        gamma_max: int = DEFAULT_GAMMA_MAX,
+        fixed_gamma: int = DEFAULT_GAMMA,
+        prior_alpha: float = 0.6,
+        side_max: int = 0,
+        fixed_side: int = 0,
+        node_max: int | None = None,
+        free_hint: Callable[[int], bool] | None = None,
+        read_hint: Callable[[int], bool] | None = None,
+    ) -> None:
+        """``side_max``: most tree side nodes per round (0: chains only);
+        ``node_max``: most draft tokens per round, chain and side nodes
+        together (default γ_max + side_max); ``free_hint``: which hints
+        draft at no cost (``ChoosingDrafter.is_free``; None: none do);
+        ``read_hint``: which hints' drafts the draft model reads in one
+        batch (``ChoosingDrafter.is_read``; None: none do)."""
+        if gamma_max < 1:
+            raise ValueError("gamma_max must be 1 or more")
+        side_max = max(0, side_max)
+        node_max = gamma_max + side_max if node_max is None else max(1, node_max)
+        if costs.k_max < min(node_max, gamma_max + side_max) + 1:
+            raise ValueError("the cost model must cover every verification batch size")
+        self.mode: PolicyMode = mode
+        self.gamma_max = gamma_max
+        self.fixed_gamma = max(0, min(fixed_gamma, gamma_max))
+        self.fixed_side = max(0, min(fixed_side, side_max))
+        self.learning = RoundLearning(costs, gamma_max, prior_alpha)
+        self.pricing = RoundPricing(self.learning, gamma_max, side_max, node_max)
+        self._free_hint = free_hint
+        self._read_hint = read_hint
+        # Per drafter hint (Drafter.hint): whether speculation is on for its rounds.
+        self._on: dict[int, bool] = {}
+        self._hint = 0  # the current round's (the last decide_gamma's)
+        # The first reply may probe at once: the prior is only a guess.
+        self._tokens_since_probe = self.PROBE_MAX
+        self._probing = False
+        # Why the current reply decodes plainly: reading its prompt would not
+        # pay (decide_reading); None: it drafts as decided round by round.
+        self._sit_out: str | None = None
+        self._track(0)
+        self.decision = self._decide()
+
+    def _track(self, hint: int) -> None:
+        """Start keeping ``hint``'s on/off state, from what the calibration and
+        the acceptance prior predict (nothing is drafted for it yet)."""
+        if hint not in self._on:
+            alpha = self.learning.acceptance(hint).estimate()
+            speedups = self.pricing.speedups(alpha, self._kind(hint))
+            self._on[hint] = float(speedups.max()) >= self.OFF_BELOW
+
+    def _kind(self, hint: int | None = None) -> SourceKind:
+        """How the source of ``hint`` (default: the current one) is paid for."""
+        h = self._hint if hint is None else hint
+        if self._read_hint is not None and self._read_hint(h):
+            return SourceKind.READ
+        if self._free_hint is not None and self._free_hint(h):
+            return SourceKind.FREE
+        return SourceKind.MODEL
+
+    @property
+    def costs(self) -> CostModel:
+        """The pair's costs, as measured so far."""
+        return self.learning.costs
+
+    @property
+    def acceptance(self) -> AcceptanceModel:
+        """Acceptance as learned for the current hint (the last ``decide_gamma``'s)."""
+        return self.learning.acceptance(self._hint)
+
+    @property
+    def on(self) -> bool:
+        """Whether speculation is on for rounds with the current hint."""
+        return self._on[self._hint]
+
+    @on.setter
+    def on(self, value: bool) -> None:
+        self._on[self._hint] = value
+
+    @property
+    def baseline_tokens_per_s(self) -> float:
+        """Plain decoding's rate on this machine, model and context: 1 / t_target(1)."""
+        return self.pricing.baseline_tokens_per_s
+
+    def ceiling_speedup(self) -> float:
+        """The best expected speedup for the current hint if every draft landed."""
+        return self.pricing.ceiling(self._kind())
+
+    @property
+    def probe_gamma(self) -> int:
+        """The γ of a probe with the current hint (``RoundPricing.probe_gamma``)."""
+        return self.pricing.probe_gamma(self._kind())
+
+    def probe_cost(self, catch_up: int = 0) -> float:
+        """Seconds a probe with the current hint costs if none of its drafts lands."""
+        return self.pricing.probe_cost(self._kind(), catch_up)
+
+    # -- GammaPolicy
+    def start_reply(self, n_context: int) -> None:
+        """A reply starts on ``n_context`` prompt tokens the drafter has not read."""
+        self.learning.start_reply(n_context)
+        self._sit_out = None
+
+    def decide_reading(self, n_read: int = 0, horizon: int = 0) -> bool:
+        """Whether the drafter reads the prompt now (``n_read`` tokens) for a
+        reply of at most ``horizon`` more tokens (0: unknown). Where it does
+        not, the reply decodes plainly (``_sit_out`` says why) unless a probe
+        or the drafter's own catch-up brings it back."""
+        if self.mode != "adaptive":
+            return self.mode == "fixed" and self.fixed_gamma > 0
+        if not any(self._on.values()):
+            return self._probe_due()
+        if n_read == 0:
+            return True  # reading is free (prompt lookup)
+        # Sit the reply out only where even drafts that all land could not
+        # repay the reading: the expected speedup is an estimate, and measured
+        # here it ran below what fixed γ = 8 made (1.2-1.3x against 1.4-1.5x
+        # on F32 + Q4_1), so pricing with it sat out replies that paid.
+        ceiling = self.ceiling_speedup()
+        tokens = self.learning.expected_reply_length(horizon)
+        saving = tokens * self.costs.verify_cost(1) * max(0.0, 1.0 - 1.0 / ceiling)
+        reading = self.costs.catch_up_cost(n_read)
+        if reading <= saving:
+            return True
+        self._sit_out = (
+            f"off for this reply: reading the prompt ({n_read:,} tokens, ~{reading * 1000:.0f} "
+            f"ms) costs more than drafting could save over ~{tokens:.0f} tokens "
+            f"(at most ~{saving * 1000:.0f} ms)"
+        )
+        return False
+
+    def observe_reading(self, n_read: int, seconds: float) -> None:
+        """The drafter read the ``n_read`` tokens it was behind in ``seconds``."""
+        self.learning.observe_reading(n_read, seconds)
+
+    def _probe_due(self, catch_up: int = 0) -> bool:
+        """Whether a probe now keeps probing within its budget."""
+        since = self._tokens_since_probe
+        budget = self.PROBE_BUDGET * since * self.costs.verify_cost(1)
+        if self.ceiling_speedup() <= self.PROBE_CEILING:
+            # Nothing could pay, by the costs as measured; but batch costs
+            # measured while nothing drafts are the load-time calibration's,
+            # and one noisy calibration must not rule speculation out for
+            # good (measured: F32 + draft calibrated at t5/t1 2.07 instead of
+            # 1.6, and left at 1.02x where fixed γ=8 made 1.22x). So a probe
+            # re-measures them every PROBE_MAX tokens, within the budget.
+            return since >= self.PROBE_MAX and self.probe_cost(catch_up) <= budget
+        if since >= self.PROBE_MAX:
+            return True
+        return since >= self.PROBE_BASE and self.probe_cost(catch_up) <= budget
+
+    def decided_side_nodes(self) -> int:
+        """Side nodes for the round ``decide_gamma`` just chose (0 while off or probing)."""
+        return self.decision.side if self.decision.gamma else 0
+
+    def decide_gamma(self, hint: int = 0) -> int:
+        """Decide this round (``decision``) for a draft from ``hint``'s source: its γ."""
+        self._hint = hint
+        self._track(hint)
+        self.decision = self._round_decision()
+        if self.decision.probing:
+            self._probing = True  # (observe() judges the probe's outcome)
+        return self.decision.gamma
+
+    def _round_decision(self) -> Decision:
+        """This round's decision: the policy's, or a probe, or sitting out."""
+        decided = self._decide()
+        if self.mode == "adaptive" and self._sit_out is not None:
+            return Decision(0, 1.0, decided.best_speedup, self._sit_out)
+        # A hint never drafted for is probed (below), on or off: its acceptance
+        # is only the prior, and a probe's long draft measures more of it.
+        untried = not self.acceptance.seen.any()
+        if self.mode != "adaptive" or (self.on and not untried):
+            return decided
+        ceiling = self.ceiling_speedup()
+        cannot_pay = ceiling <= self.PROBE_CEILING
+        if (untried and not cannot_pay) or self._probe_due(self.learning.behind):
+            probe = self.probe_gamma
+            reason = wording.probe_reason(probe, self.ON_ABOVE)
+            return Decision(
+                probe, decided.expected_speedup, decided.best_speedup, reason, probing=True
+            )
+        if cannot_pay:
+            # Even drafts that are always accepted would not pay on this
+            # hardware (verification batches or the drafter cost too much).
+            reason = wording.cannot_pay_reason(
+                ceiling, self.probe_gamma, self.costs, self.OFF_BELOW, self.PROBE_MAX
+            )
+            return Decision(0, 1.0, decided.best_speedup, reason)
+        return decided  # off (γ 0), as decided
+
+    def observe(self, rnd: Round) -> None:
+        """Learn from the round just played, then switch on or off as it says."""
+        self.learning.observe(rnd, self._hint, self._kind())
+        self._tokens_since_probe += len(rnd.tokens)
+        best = self._best()[2]
+        if self._probing:
+            self._probing = False
+            self._tokens_since_probe = 0
+            self.on = best > self.ON_ABOVE
+        elif self.on and best < self.OFF_BELOW and self._unlikely_to_pay():
+            self.on = False
+            self._tokens_since_probe = 0
+        elif not self.on and best > self.ON_ABOVE:
+            self.on = True
+
+    def _unlikely_to_pay(self) -> bool:
+        """Whether drafting would not pay even if acceptance were one standard
+        error better than estimated. Switching off is not free: a draft model
+        must re-read what it skipped before it can be tried again, so its
+        probes are rare. Simulated at α = 0.95 with F32 + Q4_1 costs (γ = 8
+        makes 1.18x), switching off on the estimate alone left a draft model
+        off for 98 % of the rounds after two early rejections."""
+        optimistic = self.pricing.speedups(self.acceptance.optimistic(), self._kind())
+        return float(optimistic.max()) < self.OFF_BELOW
+
+    def choose(self, hints: Sequence[int]) -> int:
+        """The option (a hint per source, the drafter's preferred first) whose
+        round is expected to pay best, by its own acceptance and cost; an
+        option never drafted for first (``decide_gamma`` probes it: its
+        acceptance is only the prior). Outside the adaptive mode, the
+        drafter's preference."""
+        if not self.pricing.reading_is_cheap():
+            hints = [h for h in hints if self._kind(h) is not SourceKind.READ] or hints
+        if self.mode != "adaptive" or len(hints) < 2:
+            return hints[0]
+        chosen, best = hints[0], -float("inf")
+        for hint in hints:
+            self._track(hint)
+            acceptance = self.learning.acceptance(hint)
+            if not acceptance.seen.any():
+                return hint
+            on = self._on[hint]
+            speedup = self.pricing.best(acceptance, self._kind(hint))[2] if on else self.OFF_BELOW
+            if speedup > best:
+                chosen, best = hint, speedup
+        return chosen
+
+    def _best(self) -> tuple[int, int, float]:
+        """The best (γ, side nodes) for the current hint, and its expected speedup."""
+        return self.pricing.best(self.acceptance, self._kind())
+
+    def _decide(self) -> Decision:
+        """The policy's decision from what it knows now (no probing)."""
+        gamma, side, best = self._best()
+        if self.mode == "off":
+            return Decision(0, 1.0, best, "off: the policy is off (--policy off)")
+        if self.mode == "fixed":
+            g, w = self.fixed_gamma, self.fixed_side if self.fixed_gamma else 0
+            s = self.pricing.expected_speedup(self.acceptance, g, w)
+            return Decision(g, s, best, wording.fixed_reason(g, w, s, self.OFF_BELOW), side=w)
+        if self.on:
+            reason = wording.on_reason(gamma, side, best, self.OFF_BELOW)
+            return Decision(gamma, best, best, reason, side=side)
+        return Decision(0, 1.0, best, wording.off_reason(best, self.ON_ABOVE, self.OFF_BELOW))

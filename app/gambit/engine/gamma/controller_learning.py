@@ -1,0 +1,102 @@
+"""What the γ policy learns from the rounds it sees (``gambit.engine.gamma.controller``).
+
+Only records and updates: the pair's costs (``CostModel``), each drafter
+hint's acceptance (``AcceptanceModel``), what tree side nodes gain, how long
+replies run and how far the draft model is behind the text. The policy
+decides from these (``gambit.engine.gamma.controller``), a round's expected pay is
+priced from them (``gambit.engine.gamma.controller_pricing``), and the sentences
+that explain a decision are ``gambit.engine.gamma.controller_wording``'s.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from gambit.engine.estimates import ACCEPT_WEIGHT, AcceptanceModel, CostModel
+from gambit.engine.text.reply import Round, StopReason
+
+
+class SourceKind(enum.Enum):
+    """How a drafter source's drafts are paid for (``ChoosingDrafter.is_free``,
+    ``is_read``): what a round costs and what its timings measure."""
+
+    MODEL = "model"  # the draft model's steps, one per draft token
+    FREE = "free"  # nothing now (prompt lookup); the draft model reads them later
+    READ = "read"  # the draft model reads them in one batch (a copy it checks)
+
+
+class RoundLearning:
+    """Measurements from every round and every reading, in every policy mode,
+    so that the baseline and the expected speedup stay current when the user
+    switches mode."""
+
+    # Before any tree round: tokens gained per side node. SpecInfer-style
+    # trees report a few tenths; the first rounds measure the real figure.
+    SIDE_GAIN_PRIOR = 0.25
+    # Before any reply has ended: its expected length, when max tokens does not
+    # cap it lower. Then a running mean (REPLY_WEIGHT) of the replies' lengths.
+    REPLY_PRIOR = 256
+    REPLY_WEIGHT = 0.3
+
+    def __init__(self, costs: CostModel, gamma_max: int, prior_alpha: float = 0.6) -> None:
+        self.costs = costs
+        self.gamma_max = gamma_max
+        self.prior_alpha = prior_alpha
+        self.side_gain = self.SIDE_GAIN_PRIOR  # running mean, per side node sent
+        self.reply_length = 0.0  # running mean of replies' lengths (0: none ended yet)
+        self.behind = 0  # committed tokens the draft model has not read yet
+        self._acceptance: dict[int, AcceptanceModel] = {}  # per drafter hint
+        self._reply_tokens = 0  # in the current reply
+
+    def acceptance(self, hint: int) -> AcceptanceModel:
+        """What rounds with ``hint`` showed (the prior, for a hint not seen yet)."""
+        model = self._acceptance.get(hint)
+        if model is None:
+            model = self._acceptance[hint] = AcceptanceModel(self.gamma_max, self.prior_alpha)
+        return model
+
+    def expected_reply_length(self, horizon: int = 0) -> float:
+        """Tokens the coming reply is expected to have: the running mean of
+        earlier replies (a prior before any), at most ``horizon`` (0: no cap)."""
+        expected = self.reply_length or float(self.REPLY_PRIOR)
+        return min(expected, float(horizon)) if horizon > 0 else expected
+
+    def start_reply(self, n_context: int) -> None:
+        """A reply starts on ``n_context`` prompt tokens the draft model has not read."""
+        self.behind = n_context
+        self._reply_tokens = 0
+
+    def observe_reading(self, n_read: int, seconds: float) -> None:
+        """The draft model read the ``n_read`` tokens it was behind in ``seconds``."""
+        self.behind = 0
+        if n_read > 2 and seconds > 0:
+            self.costs.observe_catch_up(n_read, seconds)
+
+    def observe(self, rnd: Round, hint: int, kind: SourceKind) -> None:
+        """One round drafted with ``hint`` (a source of ``kind``), or a plain one."""
+        if rnd.tokens:
+            self.costs.observe_verify(rnd.n_catch_up + rnd.n_drafted + 1, rnd.t_verify_s)
+        # (a free source's round leaves the draft model behind as a plain one does)
+        drafted_by_model = rnd.n_drafted and kind is not SourceKind.FREE
+        self.behind = 0 if drafted_by_model else self.behind + len(rnd.tokens)
+        if rnd.n_drafted:
+            if kind is SourceKind.READ:
+                # A checked copy: a batch and the steps after a stray, priced
+                # per token apart (they say nothing of one step's cost).
+                self.costs.observe_read(rnd.n_drafted, rnd.t_draft_s)
+            elif kind is SourceKind.MODEL:
+                # Side nodes cost the drafter nothing extra: it decodes its main chain only.
+                self.costs.observe_drafting(
+                    rnd.n_drafted - rnd.n_side,
+                    rnd.t_draft_s,
+                    rnd.n_draft_synced,
+                    rnd.t_draft_synced_s,
+                )
+            self.acceptance(hint).observe(rnd.chain_outcomes)
+            if rnd.n_side:
+                gain = rnd.side_gain / rnd.n_side
+                self.side_gain += ACCEPT_WEIGHT * (gain - self.side_gain)
+        self._reply_tokens += len(rnd.tokens)
+        if rnd.stop is not None and rnd.stop is not StopReason.CANCELLED:
+            n, mean = self._reply_tokens, self.reply_length
+            self.reply_length = mean + self.REPLY_WEIGHT * (n - mean) if mean else float(n)

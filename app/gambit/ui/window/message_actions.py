@@ -1,0 +1,292 @@
+"""Actions on one message of the chat: its context menu, its keys, the Message menu.
+
+Copy message, Edit and resend (a user message; the messages after it are
+replaced, as the edit dialog says before it sends), Branch from here (a new
+conversation up to the message), Delete message, Regenerate (any reply; the
+messages after it go, after a confirmation) and Continue (the last reply,
+when something other than the model ended it). They act on the message
+right-clicked, or the current one (clicked, or stepped to with Alt+Up and
+Alt+Down), or else the last message they fit. What they change goes through
+the store and the window's replies like typed messages do, so the lookup
+memory of earlier chats and the autosave see them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from PySide6.QtCore import QObject, Qt, Slot
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QLabel,
+    QMenu,
+    QMessageBox,
+    QPlainTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gambit.qt.worker import EngineInfo
+from gambit.storage.chat_store.rows import StoredMessage
+from gambit.storage.documents import compose, documents_in, format_size, typed_text
+from gambit.ui.window.chat_view import ChatMessage
+from gambit.ui.window.menus import set_tip
+from gambit.ui.window.window_layout import WindowPanes
+from gambit.words import counted
+
+
+class MessageHost(Protocol):
+    """What the actions need of the main window beyond its panes."""
+
+    @property
+    def conversation_id(self) -> int | None: ...
+    @property
+    def generating(self) -> bool: ...
+    @property
+    def engine_info(self) -> EngineInfo | None: ...
+
+    def show_conversation(self, conv_id: int) -> None: ...
+
+    def open_conversation(self, conv_id: int) -> None: ...
+
+    def regenerate(self, reply_id: int | None = None) -> None: ...
+
+    def continue_reply(self) -> None: ...
+
+    def send_edited(self, msg_id: int, content: str) -> None: ...
+
+
+# (object name, text, keys, tip)
+_ACTIONS = (
+    ("copyMessageAction", "&Copy message", "Ctrl+Shift+C", "Copy the whole message"),
+    ("editMessageAction", "&Edit and resend…", "Ctrl+Shift+E",
+     "Change one of your messages and send it again; the messages after it are replaced"),
+    ("branchAction", "&Branch from here", "Ctrl+Shift+B",
+     "Start a new conversation with this message and those before it"),
+    ("deleteMessageAction", "&Delete message…", "Ctrl+Shift+D", "Delete this message"),
+    ("regenerateAction", "&Regenerate", "Ctrl+Shift+R",
+     "Write this reply again; the messages after it are replaced"),
+    ("continueAction", "C&ontinue", "Ctrl+Shift+Return",
+     "Go on with the last reply where its length limit, Stop or a crash cut it"),
+    ("previousMessageAction", "&Previous message", "Alt+Up", "Make the message above current"),
+    ("nextMessageAction", "&Next message", "Alt+Down", "Make the message below current"),
+)  # fmt: skip
+
+
+def confirm(parent: QWidget, title: str, text: str, yes: str, then: Callable[[], None]) -> None:
+    """A window-modal question that calls ``then`` when ``yes`` is chosen (it
+    does not block the event loop)."""
+    box = QMessageBox(QMessageBox.Icon.Question, title, text, parent=parent)
+    box.setObjectName("confirmDialog")
+    button = box.addButton(yes, QMessageBox.ButtonRole.AcceptRole)
+    button.setObjectName("confirmButton")
+    button.clicked.connect(then)
+    box.addButton(QMessageBox.StandardButton.Cancel)
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    box.setWindowModality(Qt.WindowModality.WindowModal)
+    box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    box.open()
+
+
+class EditDialog(QDialog):
+    """A user message's text, to change and send again; its documents stay
+    attached, and the dialog says which messages sending replaces."""
+
+    def __init__(self, parent: QWidget, content: str, n_after: int) -> None:
+        super().__init__(parent)
+        self.setObjectName("editMessageDialog")
+        self.setWindowTitle("Edit and resend")
+        self.documents = documents_in(content)
+        layout = QVBoxLayout(self)
+        self.editor = QPlainTextEdit(typed_text(content))
+        self.editor.setObjectName("editMessageText")
+        layout.addWidget(self.editor)
+        if self.documents:
+            names = ", ".join(f"{d.name} ({format_size(d.size)})" for d in self.documents)
+            layout.addWidget(QLabel(f"Attached: {names}"))
+        after = f" and the {counted(n_after, 'message')} after it" if n_after else ""
+        note = QLabel(f"Sending replaces this message{after}.")
+        note.setObjectName("editMessageNote")
+        layout.addWidget(note)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.send = buttons.addButton(
+            "Replace and send" if n_after else "Send", QDialogButtonBox.ButtonRole.AcceptRole
+        )
+        self.send.setObjectName("editSendButton")
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+        self.editor.textChanged.connect(self._on_changed)
+        self.resize(560, 320)
+
+    def content(self) -> str:
+        return compose(self.editor.toPlainText().strip(), self.documents)
+
+    @Slot()
+    def _on_changed(self) -> None:
+        self.send.setEnabled(bool(self.editor.toPlainText().strip() or self.documents))
+
+
+class MessageActions(QObject):
+    """The per-message actions of ``window``'s chat (``host``: what they act through)."""
+
+    def __init__(self, window: WindowPanes, host: MessageHost) -> None:
+        super().__init__(window)
+        self.window, self.host = window, host
+        self.actions: dict[str, QAction] = {}
+        for name, text, keys, tip in _ACTIONS:
+            action = QAction(text, window)
+            action.setObjectName(name)
+            action.setShortcut(QKeySequence(keys))
+            set_tip(action, tip)
+            window.addAction(action)  # (its key works wherever the focus is)
+            self.actions[name] = action
+        handlers: dict[str, Callable[[], None]] = {
+            "copyMessageAction": self.copy_message,
+            "editMessageAction": self.edit_message,
+            "branchAction": self.branch,
+            "deleteMessageAction": self.delete_message,
+            "regenerateAction": self.regenerate,
+            "continueAction": host.continue_reply,
+            "previousMessageAction": lambda: window.chat.step_message(-1),
+            "nextMessageAction": lambda: window.chat.step_message(1),
+        }
+        for name, handler in handlers.items():
+            self.actions[name].triggered.connect(handler)
+        window.chat.message_menu.connect(self._on_menu)
+
+    def menu(self, title: str) -> QMenu:
+        """The actions as a menu for the menu bar."""
+        menu = QMenu(title, self.window.menuBar())
+        menu.setObjectName("messageMenu")
+        menu.setToolTipsVisible(True)
+        menu.addActions(list(self.actions.values())[:6])
+        menu.addSeparator()
+        menu.addActions(list(self.actions.values())[6:])
+        return menu
+
+    def update(self, continuable: bool) -> None:
+        """Enable what can be done now (the message's own fit is checked when
+        used); ``continuable``: the last message is a reply that Continue may go on with."""
+        busy, ready = self.host.generating, self.host.engine_info is not None
+        for name in ("editMessageAction", "regenerateAction"):
+            self.actions[name].setEnabled(ready and not busy)
+        for name in ("branchAction", "deleteMessageAction"):
+            self.actions[name].setEnabled(not busy)
+        self.actions["continueAction"].setEnabled(ready and not busy and continuable)
+
+    @Slot(QMenu, int)
+    def _on_menu(self, menu: QMenu, index: int) -> None:
+        """A message's context menu: the actions that fit it."""
+        message = self.window.chat.messages[index]
+        stored = message.id is not None
+        last = index == len(self.window.chat.messages) - 1
+        menu.addSeparator()
+        for name, fits in (
+            ("copyMessageAction", True),
+            ("editMessageAction", stored and message.role == "user"),
+            ("branchAction", stored),
+            ("deleteMessageAction", stored),
+            ("regenerateAction", stored and message.role == "assistant"),
+            ("continueAction", stored and last and self.actions["continueAction"].isEnabled()),
+        ):
+            if fits:
+                menu.addAction(self.actions[name])
+
+    # ----------------------------------------------------------- the target
+    def _target(self, role: str | None = None) -> ChatMessage | None:
+        """The current message if it fits ``role`` (None: any), else the last one that does."""
+        chat = self.window.chat
+        fits = [i for i, m in enumerate(chat.messages) if role is None or m.role == role]
+        index = chat.current if chat.current in fits else (fits[-1] if fits else None)
+        return None if index is None else chat.messages[index]
+
+    def _stored(self, message: ChatMessage | None, what: str) -> list[StoredMessage] | None:
+        """The conversation as stored, when ``message`` is in it (else a status line)."""
+        conv_id = self.host.conversation_id
+        if message is None or message.id is None or conv_id is None or self.host.generating:
+            self.window.statusBar().showMessage(f"There is no message to {what} here.", 5000)
+            return None
+        try:
+            stored = self.window.store.messages(conv_id)
+        except Exception as exc:
+            self.window.report(f"The message could not be {what}d", exc)
+            return None
+        if all(m.id != message.id for m in stored):  # (gone since it was shown)
+            self.host.show_conversation(conv_id)
+            return None
+        return stored
+
+    # -------------------------------------------------------------- actions
+    @Slot()
+    def copy_message(self) -> None:
+        message = self._target()
+        if message is not None:
+            QGuiApplication.clipboard().setText(message.text)
+            self.window.chat.last_copied = message.text
+            self.window.statusBar().showMessage("Message copied.", 3000)
+
+    @Slot()
+    def edit_message(self) -> None:
+        message = self._target("user")
+        stored = self._stored(message, "edit")
+        if message is None or stored is None or self.host.engine_info is None:
+            return
+        at = next(i for i, m in enumerate(stored) if m.id == message.id)
+        dialog = EditDialog(self.window, stored[at].content, len(stored) - at - 1)
+        msg_id = stored[at].id
+        dialog.accepted.connect(lambda: self.host.send_edited(msg_id, dialog.content()))
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.setWindowModality(Qt.WindowModality.WindowModal)
+        dialog.open()
+
+    @Slot()
+    def branch(self) -> None:
+        message = self._target()
+        if self._stored(message, "branch") is None or message is None or message.id is None:
+            return
+        try:
+            conv_id = self.window.store.branch(message.id)
+        except Exception as exc:
+            self.window.report("The conversation could not be branched", exc)
+            return
+        self.host.open_conversation(conv_id)
+
+    @Slot()
+    def delete_message(self) -> None:
+        message = self._target()
+        if self._stored(message, "delete") is None or message is None or message.id is None:
+            return
+        msg_id, conv_id = message.id, self.host.conversation_id
+
+        def delete() -> None:
+            try:
+                self.window.store.delete_message(msg_id)
+            except Exception as exc:
+                self.window.report("The message could not be deleted", exc)
+            if conv_id is not None:
+                self.host.show_conversation(conv_id)
+
+        who = "your message" if message.role == "user" else "this reply"
+        confirm(self.window, "Delete message", f"Delete {who}? This cannot be undone.",
+                "Delete", delete)  # fmt: skip
+
+    @Slot()
+    def regenerate(self) -> None:
+        message = self._target("assistant")
+        stored = self._stored(message, "regenerate")
+        if message is None or stored is None:
+            return
+        n_after = len(stored) - 1 - next(i for i, m in enumerate(stored) if m.id == message.id)
+        reply_id = message.id
+        if not n_after:
+            self.host.regenerate(reply_id)
+            return
+        confirm(
+            self.window, "Regenerate",
+            f"Write this reply again? The {counted(n_after, 'message')} after it will be deleted.",
+            "Regenerate", lambda: self.host.regenerate(reply_id),
+        )  # fmt: skip

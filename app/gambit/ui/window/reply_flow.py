@@ -1,0 +1,245 @@
+"""A reply's life in the window: started, streamed, saved as it grows, ended.
+
+A new reply gets a row of its own; a continued one (Continue) goes on in the
+row of the reply it continues, whose text, drafted flags and tokens it
+starts from. Either way the row holds what has streamed (autosaved every
+``AUTOSAVE_MS``, at Stop and when the window closes), with the reply's tokens
+while it may still be continued (``gambit.storage.prompts.continuing``).
+
+Every step from the request to the reply's row either completes or leaves
+the window idle with a message; ``generating`` is set only once the row
+exists and the request is about to go.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
+
+from gambit.engine.text.continuation import KeptTokens
+from gambit.engine.text.reply import GenerationConfig
+from gambit.qt.reply_stream import ReplyDelta, ReplyResult
+from gambit.qt.worker import EngineInfo, EngineWorker
+from gambit.storage.chat_store.rows import StoredMessage
+from gambit.storage.prompts.continuing import CUT_STOPS, KEPT_TOKENS, kept_record, kept_tokens
+from gambit.storage.prompts.history import prompt_messages
+from gambit.ui.stats.stats_panel import StatsPanel
+from gambit.ui.window.chat_view import reply_footer
+from gambit.ui.window.reply_record import continued_stats, run_lengths, stats_dict
+from gambit.ui.window.window_layout import WindowPanes
+
+log = logging.getLogger(__name__)
+
+# The streaming reply is written to the history this often (and at every stop),
+# so that a crash or a kill loses at most this much of it.
+AUTOSAVE_MS = 1000
+
+
+class ReplyHost(Protocol):
+    """What a reply needs of the main window beyond its panes (a protocol, so
+    that this module need not import the window)."""
+
+    @property
+    def engine_info(self) -> EngineInfo | None: ...
+    @property
+    def conversation_id(self) -> int | None: ...
+    @property
+    def closing(self) -> bool: ...
+
+    def update_buttons(self) -> None: ...
+
+
+@dataclass
+class _Streaming:
+    """The reply being written, and what a continued one started from."""
+
+    msg_id: int
+    tokenizer: str  # whose tokens ``tokens`` are
+    base_text: str = ""
+    base_drafted: list[bool] = field(default_factory=list)
+    base_stats: dict[str, Any] | None = None  # None: a new reply
+    tokens: list[int] = field(default_factory=list)  # from the deltas, a continued start first
+    saved_text: str = ""  # the text as last written
+
+    @property
+    def continued(self) -> bool:
+        return self.base_stats is not None
+
+
+class ReplyFlow(QObject):
+    """Starts, streams and ends the window's replies on ``worker``."""
+
+    request_generate = Signal(object, object)  # list[Message], GenerationConfig
+    request_continue = Signal(object, object, object)  # list[Message], config, KeptTokens
+    ended = Signal()  # a reply is over (written, or why not said)
+
+    def __init__(
+        self, window: WindowPanes, host: ReplyHost, worker: EngineWorker, stats: StatsPanel
+    ) -> None:
+        super().__init__(window)
+        self.window, self.host, self.stats = window, host, stats
+        self.worker = worker
+        self._reply: _Streaming | None = None
+        self.request_generate.connect(worker.generate)
+        self.request_continue.connect(worker.continue_reply)
+        worker.delta.connect(self._on_delta)
+        worker.finished.connect(self._on_finished)
+        worker.failed.connect(self._on_failed)
+        self._autosave = QTimer(self)
+        self._autosave.setInterval(AUTOSAVE_MS)
+        self._autosave.timeout.connect(self.save_partial)
+
+    @property
+    def generating(self) -> bool:
+        return self._reply is not None
+
+    # ------------------------------------------------------------------ start
+    def start(self, conv_id: int, config: GenerationConfig) -> None:
+        """A reply to conversation ``conv_id`` as stored, in a new row."""
+        store, info = self.window.store, self.host.engine_info
+        try:
+            history = prompt_messages(store.messages(conv_id), self.window.settings.system_prompt)
+            msg_id = store.add_message(conv_id, "assistant", "", complete=False)
+        except Exception as exc:
+            self.window.report("The reply could not be started", exc)
+            return
+        self._reply = _Streaming(msg_id, info.tokenizer if info else "")
+        self.window.chat.begin_reply(msg_id)
+        self._go()
+        self.request_generate.emit(history, config)
+
+    def resume(self, stored: list[StoredMessage], config: GenerationConfig) -> None:
+        """More of ``stored[-1]``, a reply that was cut (``can_continue``), in its row."""
+        cut, info = stored[-1], self.host.engine_info
+        shown = self.window.chat.resume_reply()
+        if shown is None:
+            return
+        history = prompt_messages(stored, self.window.settings.system_prompt)
+        tokenizer = info.tokenizer if info else ""
+        self._reply = _Streaming(cut.id, tokenizer, shown.text, list(shown.drafted),
+                                 dict(cut.stats or {}), saved_text=shown.text)  # fmt: skip
+        self._go()
+        self.request_continue.emit(history, config, kept_tokens(cut.stats))
+
+    def _go(self) -> None:
+        self.stats.start_reply()
+        self.host.update_buttons()
+        self._autosave.start()
+
+    @Slot()
+    def stop(self) -> None:
+        if self._reply is not None:
+            self.worker.cancel()
+            self.save_partial()
+            self.window.statusBar().showMessage("Stopping…", 2000)
+
+    # ------------------------------------------------------------- streaming
+    def _kept(self, reply: _Streaming, stop: str, tokens: list[int]) -> dict[str, Any]:
+        """The tokens to keep with a reply that ended with ``stop`` (none once it
+        ended on its own: it is not continued)."""
+        if stop not in CUT_STOPS or not tokens or not reply.tokenizer:
+            return {}
+        return {KEPT_TOKENS: kept_record(KeptTokens(reply.tokenizer, tuple(tokens)))}
+
+    @Slot()
+    def save_partial(self, stop: str = "interrupted") -> None:
+        """Write the reply as far as it has streamed, if it grew since the last write."""
+        reply = self._reply
+        if reply is None or self.window.chat.streaming is None:
+            return
+        # (held back by even streaming too; a continued reply's start included)
+        text, drafted = self.window.chat.streamed()
+        if text == reply.saved_text and stop == "interrupted":
+            return
+        stats = {**(reply.base_stats or {}), "stop": stop, "drafted": run_lengths(drafted)}
+        stats.update(self._kept(reply, stop, reply.tokens))
+        try:
+            self.window.store.update_message(reply.msg_id, text, False, stats)
+        except Exception as exc:
+            # Not again for this reply (a locked file would stall the window each
+            # time); the write at the end tries once more and says if it fails.
+            self._autosave.stop()
+            log.warning("could not save the streaming reply: %s", exc)
+            self.window.statusBar().showMessage(f"The reply is not being saved: {exc}", 10000)
+            return
+        reply.saved_text = text
+
+    @Slot(object)
+    def _on_delta(self, delta: ReplyDelta) -> None:
+        if self._reply is not None:
+            self._reply.tokens.extend(delta.tokens)
+        self.window.chat.add_to_reply(delta.text, delta.drafted, delta.round_s)
+        if delta.snapshot is not None:
+            self.stats.set_snapshot(delta.snapshot)
+
+    # ------------------------------------------------------------------- end
+    @Slot(object)
+    def _on_finished(self, result: ReplyResult) -> None:
+        self.finish(result, error=None)
+
+    @Slot(str, object)
+    def _on_failed(self, message: str, partial: ReplyResult | None) -> None:
+        self.finish(partial, error=message)
+        if not self.host.closing:
+            self.window.show_error("The reply could not be completed", message)
+
+    def finish(self, result: ReplyResult | None, error: str | None) -> None:
+        """The reply is over (``result``: what came of it, None when nothing
+        did): write it, show its footer, and leave the window idle."""
+        self._autosave.stop()
+        reply = self._reply
+        if reply is None:
+            return
+        failure: Exception | None = None
+        stats = self._final_stats(reply, result, error)
+        if stats is not None:  # (a continuation without a result has none: see _final_stats)
+            if result is None:  # (what the view received: a new reply's only)
+                text = self.window.chat.streamed()[0]
+            else:
+                text = reply.base_text + result.text
+            complete = result is not None and error is None and not result.stopped_early
+            try:
+                self.window.store.update_message(reply.msg_id, text, complete, stats)
+            except Exception as exc:
+                failure = exc
+        shown = stats if stats is not None else reply.base_stats
+        try:
+            self.window.chat.end_reply(reply_footer(shown))  # as it will read when reopened
+            if result is not None and result.snapshot.n_tokens:
+                self.stats.set_snapshot(result.snapshot)  # every figure from this reply
+            else:
+                self.stats.clear()  # no reply (refused, stopped at once): no figure at all
+        finally:  # whatever failed, the window is idle again
+            self._reply = None
+            self.ended.emit()
+        if failure is not None and not self.host.closing:
+            self.window.report("The reply is shown but could not be saved", failure)
+
+    def _final_stats(
+        self, reply: _Streaming, result: ReplyResult | None, error: str | None
+    ) -> dict[str, Any] | None:
+        """The stats to write with the reply's end; None for a continuation that
+        added nothing (the reply stays as it was)."""
+        stats = stats_dict(result, error)
+        new_drafted = result.drafted if result is not None else ()
+        stats["drafted"] = run_lengths((*reply.base_drafted, *new_drafted))
+        tokens = list(result.tokens) if result is not None and result.tokens else reply.tokens
+        stats.update(self._kept(reply, str(stats["stop"]), tokens))
+        if not reply.continued:
+            return stats
+        if result is None or not result.snapshot.n_tokens:
+            return None
+        return continued_stats(reply.base_stats, stats)
+
+    def save_on_close(self) -> None:
+        """The window closes mid-reply: write what has streamed, before anything
+        else can fail; then nothing writes (the history closes next)."""
+        self._autosave.stop()
+        if self._reply is not None:
+            try:
+                self.save_partial("window closed")
+            except Exception:  # closing must not fail: the last autosave is what remains
+                log.exception("could not save the reply while closing")

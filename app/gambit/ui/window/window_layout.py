@@ -1,0 +1,119 @@
+"""The main window's panes, built: the conversation sidebar, the chat area and
+the status bar. ``MainWindow`` lays them out (with its toolbar) and gives them
+their behaviour; this module only makes the widgets and names them, and
+opens the window's message boxes."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gambit.errors import GambitError
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.settings import Settings
+from gambit.ui.window.chat_view import ChatView
+from gambit.ui.window.window_widgets import (
+    AttachmentBar,
+    ConversationList,
+    InputEdit,
+    named,
+    open_message,
+)
+
+log = logging.getLogger(__name__)
+
+
+class WindowPanes(QMainWindow):
+    """The widgets of ``MainWindow`` but its toolbar and dock, built from the
+    window's settings (``highlight_drafted``) and history (``in_memory``)."""
+
+    settings: Settings
+    store: ConversationStore
+
+    def _build_sidebar(self) -> QWidget:
+        self.sidebar = sidebar = named(QWidget(), "sidebar")
+        side = QVBoxLayout(sidebar)
+        side.setContentsMargins(8, 8, 4, 8)
+        self.new_button = named(QPushButton("New chat"), "newChatButton")
+        self.search = named(QLineEdit(placeholderText="Search conversations"), "searchEdit")
+        self.search.setClearButtonEnabled(True)
+        self.list = named(ConversationList(), "conversationList")
+        side.addWidget(self.new_button)
+        side.addWidget(self.search)
+        side.addWidget(self.list, 1)
+        return sidebar
+
+    def _build_chat_area(self) -> QWidget:
+        centre = named(QWidget(), "chatArea")
+        col = QVBoxLayout(centre)
+        col.setContentsMargins(4, 8, 8, 8)
+        self.chat = ChatView()
+        self.chat.highlight_drafted = self.settings.highlight_drafted
+        self.chat.pacing = self.settings.even_streaming
+        self.input = named(InputEdit(), "inputEdit")
+        self.input.setPlaceholderText("Message Gambit — Enter to send, Shift+Enter for a new line")
+        self.input.setFixedHeight(96)
+        self.attachment_bar = AttachmentBar()
+        buttons = QHBoxLayout()
+        self.attach_button = named(QPushButton("Attach…"), "attachButton")
+        self.send_button = named(QPushButton("Send"), "sendButton")
+        self.send_button.setDefault(True)
+        self.stop_button = named(QPushButton("Stop"), "stopButton")
+        self.regen_button = named(QPushButton("Regenerate"), "regenerateButton")
+        self.continue_button = named(QPushButton("Continue"), "continueButton")
+        buttons.addWidget(self.attach_button)
+        buttons.addStretch(1)
+        for b in (self.continue_button, self.regen_button, self.stop_button, self.send_button):
+            buttons.addWidget(b)
+        col.addWidget(self.chat, 1)
+        col.addWidget(self.attachment_bar)
+        col.addWidget(self.input)
+        col.addLayout(buttons)
+        return centre
+
+    def _build_status_bar(self) -> None:
+        self.model_label = named(QLabel("No model"), "modelLabel")
+        self.spec_label = named(QLabel(""), "speculationLabel")
+        self.load_busy = named(QProgressBar(), "loadBusy")  # moves while a load runs
+        self.load_busy.setRange(0, 0)  # busy: loads report stages, not a fraction
+        self.load_busy.setMaximumSize(120, 14)
+        self.load_busy.setTextVisible(False)
+        self.load_busy.hide()
+        # Stops a load at its next step (a layer-skip search: the model then
+        # loads without it); after a cancelled load, Load starts it again.
+        self.cancel_load_button = named(QPushButton("Cancel"), "cancelLoadButton")
+        self.cancel_load_button.hide()
+        self.load_button = named(QPushButton("Load model"), "loadModelButton")
+        self.load_button.setToolTip("Load the models chosen in Settings")
+        self.load_button.hide()
+        self.statusBar().addPermanentWidget(self.load_busy)
+        self.statusBar().addPermanentWidget(self.cancel_load_button)
+        self.statusBar().addPermanentWidget(self.load_button)
+        self.statusBar().addPermanentWidget(self.spec_label)
+        self.statusBar().addPermanentWidget(self.model_label)
+        if self.store.in_memory:
+            self.statusBar().addPermanentWidget(
+                named(QLabel("⚠ Chats are not being saved"), "historyNotSavedLabel")
+            )
+
+    def report(self, title: str, exc: Exception) -> None:
+        """Tell the user about ``exc``; the traceback goes to the log if it is a bug."""
+        if isinstance(exc, GambitError):
+            message = str(exc)
+        else:
+            log.error("%s", title, exc_info=exc)
+            message = f"Unexpected error: {exc!r}. The log has the details."
+        self.show_error(title, message)
+
+    def show_error(self, title: str, message: str, warning: bool = False) -> None:
+        open_message(self, title, message, warning)
