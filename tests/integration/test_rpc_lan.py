@@ -110,7 +110,7 @@ def lan() -> Iterator[tuple[str, str]]:
 
 def _wait_for(ns: str, endpoint: str) -> None:
     code = (
-        "import sys, time\nfrom gambit.engine import rpc\n"
+        "import sys, time\nfrom gambit.engine.machine import rpc\n"
         "for _ in range(300):\n"
         f"    try: rpc.probe({endpoint!r}); sys.exit(0)\n"
         "    except rpc.RpcWorkerError: time.sleep(0.2)\nsys.exit(1)\n"
