@@ -358,4 +358,6 @@ def test_bench_through_the_server_compares_it_with_the_engine_directly(
     )  # fmt: skip
     assert paired is not None, proc.stdout
     mean, low, high = (float(x) for x in paired.groups())
-    assert 0 < low <= mean <= high
+    # (two prompts: Student's t at 1 degree of freedom is 12.7, so where the
+    # two ratios differ by ~3x under load the low end prints as 0.000)
+    assert 0 <= low <= mean <= high and mean > 0
