@@ -74,8 +74,9 @@ class _Run:
     alts: list[list[tuple[int, float, Distribution | None]]] = field(default_factory=list)
 
 
-# Room left in the draft's cache after a prompt read whole, for the reply's drafts.
-PROMPT_DRAFT_ROOM = 64
+# Context a draft's cache may hold, short of its size: room for a draft (a
+# prompt read whole leaves it; so does a text draft's moving window).
+DRAFT_ROOM = 64
 
 
 class DraftModelDrafter:
@@ -397,7 +398,7 @@ class DraftModelDrafter:
         switched off for ~40 tokens; read whole they land from the first
         round). The window is for catching up mid-reply, where the reply so
         far says what comes next."""
-        if prompt and len(context) + PROMPT_DRAFT_ROOM <= self.runtime.n_ctx:
+        if prompt and len(context) + DRAFT_ROOM <= self.runtime.n_ctx:
             return 0, False
         offset = 0 if self._offset >= len(context) or len(context) <= self.window else self._offset
         view = context[offset:]

@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
-from gambit.engine.drafters.draft_model import DraftModelDrafter
+from gambit.engine.drafters.draft_model import DRAFT_ROOM, DraftModelDrafter
 from gambit.engine.drafters.text_align import (
     DraftContext,
     DraftView,
@@ -43,8 +43,6 @@ GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0)
 # Draft steps per target token: its running mean's weight, and bounds.
 RATIO_WEIGHT = 0.2
 RATIO_MIN, RATIO_MAX = 0.25, 4.0
-# Context the draft's cache may hold, short of its size: room for a draft.
-DRAFT_ROOM = 64
 # When the draft's context outgrows its cache, its start moves on in steps of
 # this share of the cache, so that rounds between two moves keep the cache.
 SHIFT_SHARE = 0.25
