@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gambit.engine.estimates import AcceptanceModel, CostModel, chain_speedup
+from gambit.engine.estimates import STALE_AFTER, AcceptanceModel, CostModel, chain_speedup
 from gambit.engine.gamma.controller import GammaController
 from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
 from gambit.engine.text.reply import Round
@@ -247,6 +247,34 @@ def test_the_cost_curve_decisions_read_never_falls_with_batch_size() -> None:
     assert c.verify_cost(11) == pytest.approx(c.verify_cost(12))
     assert 0.100 * 2.0 < c.verify_cost(12) < 0.100 * 2.4
     assert c.verify_cost(1) == pytest.approx(0.100)  # t1 is what a plain step costs
+
+
+def test_a_size_measured_long_ago_gives_way_to_the_sizes_measured_since() -> None:
+    # As measured on the cost-scaled F32 target with a weaker draft: t(5)
+    # read dear in early rounds; rounds now use k = 3 and k = 7 only, and
+    # read t(7) below that old t(5).
+    c = CostModel(9)
+    for k, ratio in ((1, 1.0), (2, 1.4), (3, 1.5), (5, 2.2), (7, 2.3), (9, 2.6)):
+        c.set_target(k, 0.100 * ratio)
+    for _ in range(10):
+        c.observe_verify(3, 0.100 * 1.3)
+        c.observe_verify(7, 0.100 * 2.0)
+    # Fresh enough: the fit pools t(5..7) (a larger batch never reads cheaper).
+    assert c.verify_cost(5) == pytest.approx(c.verify_cost(7))
+    assert c.verify_cost(5) > 0.100 * 2.0
+    for _ in range(STALE_AFTER // 2):
+        c.observe_verify(3, 0.100 * 1.3)
+        c.observe_verify(7, 0.100 * 2.0)
+    # t(5) is stale between two sizes measured since: interpolated from them.
+    assert c.verify_cost(5) == pytest.approx((c.verify_cost(3) + c.verify_cost(7)) / 2)
+    assert c.verify_cost(5) < 0.100 * 1.7
+    # t(9), beyond the freshest size, is kept; t(1) never goes stale.
+    assert c.verify_cost(9) == pytest.approx(0.100 * 2.6)
+    assert c.verify_cost(1) == pytest.approx(0.100)
+    # Measured again: averaged with what the decisions read, as a first round is.
+    interpolated = c.verify_cost(5)
+    c.observe_verify(5, 0.100 * 1.6)
+    assert c.verify_cost(5) == pytest.approx((interpolated + 0.100 * 1.6) / 2)
 
 
 def test_plain_rounds_leave_the_relative_costs_as_they_were() -> None:

@@ -22,6 +22,10 @@ PRIOR_WEIGHT = 0.25  # the acceptance prior, in observations
 # What the pooled acceptance of all positions weighs in each position's estimate,
 # in outcomes (AcceptanceModel.estimate).
 POOL_WEIGHT = 4.0
+# Verification rounds after which a batch size not measured again is stale:
+# the fit of the t(k) curve passes over it where fresher sizes surround it
+# (CostModel._smoothed_curve). ~2 replies of 128 tokens at 3-4 tokens a round.
+STALE_AFTER = 64
 # CostModel's figures besides the t(k) curve that a stored calibration keeps.
 _STORED_RATIOS = ("draft_ratio", "draft_extra_ratio", "catch_up_ratio", "read_ratio")
 
@@ -56,6 +60,8 @@ class CostModel:
         self.ratio = np.zeros(k_max + 1)  # index k: t_target(k) / t1
         self._seen = np.zeros(k_max + 1, dtype=bool)
         self._n_seen = np.zeros(k_max + 1, dtype=np.int64)  # rounds that measured t(k)
+        self._rounds = 0  # verification rounds observed (a clock for staleness)
+        self._last_seen = np.zeros(k_max + 1, dtype=np.int64)  # index k: ``_rounds`` then
         self.draft_ratio = 0.0  # one draft step / t1 (0 for prompt lookup)
         self._draft_seen = 0  # rounds that measured it (the calibration counts as one)
         # What a round's catch-up costs beyond the draft step it stands for
@@ -92,6 +98,8 @@ class CostModel:
         other.ratio[:] = self.ratio
         other._seen[:] = self._seen
         other._n_seen[:] = self._n_seen
+        other._rounds = self._rounds
+        other._last_seen[:] = self._last_seen
         other.draft_ratio = self.draft_ratio
         other._draft_seen = self._draft_seen
         other.catch_up_ratio = self.catch_up_ratio
@@ -151,11 +159,15 @@ class CostModel:
         the calibration measured the batch alone, at a short context."""
         if not 1 <= k <= self.k_max or seconds <= 0:
             return
-        if k > 1 and not self._seen[k] and self.t1 > 0 and self._seen[2:].any():
-            # A size never measured: its first round is averaged with the
-            # curve's interpolated value, which counts as one round.
+        fresh = self._seen[k] and not self._stale()[k]
+        if k > 1 and not fresh and self.t1 > 0 and self._seen[2:].any():
+            # A size never measured, or stale: its first round is averaged
+            # with the curve's interpolated value, which counts as one round.
             self.ratio[k] = self.verify_cost(k) / self.t1
             self._seen[k] = True
+            self._n_seen[k] = 0
+        self._rounds += 1
+        self._last_seen[k] = self._rounds
         if not self._seen[k] or (k > 1 and self.t1 <= 0):
             self.set_target(k, seconds)
             return
@@ -260,7 +272,18 @@ class CostModel:
         # Not t1 nor the count of plain rounds (r(1) is 1 whatever they say):
         # a round that is off must find the smoothed curve and the speedups
         # cached (RoundPricing.speedups).
-        return self.ratio.tobytes() + self._seen.tobytes() + self._n_seen[2:].tobytes()
+        return (
+            self.ratio.tobytes()
+            + self._seen.tobytes()
+            + self._n_seen[2:].tobytes()
+            + self._stale().tobytes()
+        )
+
+    def _stale(self) -> np.ndarray:
+        """Index k: whether t(k) was last measured more than STALE_AFTER rounds ago."""
+        stale: np.ndarray = self._rounds - self._last_seen > STALE_AFTER
+        stale[1] = False  # (every ratio is relative to t1: it is never passed over)
+        return stale
 
     def relative_costs(self, k_max: int) -> tuple[np.ndarray, float]:
         """t_target(k) / t1 for k = 1..k_max, and a draft step / t1 (with
@@ -290,6 +313,16 @@ class CostModel:
         if self._smoothed is not None and self._smoothed[0] == key:
             return self._smoothed[1]
         ks = np.flatnonzero(self._seen[1:]) + 1
+        # A size last measured long ago between sizes measured since is left
+        # to the interpolation between them. The context grew since: measured
+        # on the cost-scaled F32 target with a weaker draft, t(5) read 2.19 t1
+        # from early rounds where rounds now measured 1.55, the fit pooled
+        # t(4..7) into one step at 2.16, and the policy, which then never
+        # drafted 3 or 4 again to see it, ran 0.90 of fixed γ = 4. A stale
+        # size beyond the freshest is kept: nothing fresher bounds it.
+        stale = self._stale()[ks]
+        if stale.any() and not stale.all():
+            ks = ks[~stale | (ks > ks[~stale].max())]
         weights = np.minimum(self._n_seen[ks], 1.0 / COST_WEIGHT) + 1.0
         weights[ks == 1] = np.inf  # r(1) is 1 by definition
         values = _non_decreasing(self.ratio[ks], weights)
