@@ -45,10 +45,6 @@ from gambit.models.library import ModelLibrary
 # Both cores: the suite runs one test at a time, and no assertion here reads a
 # clock (the search's choices are checked for consistency, not for speed).
 OPTIONS = RuntimeOptions(n_ctx=1024, n_threads=2)
-MODEL_CACHE = Path(
-    os.environ.get("GAMBIT_TEST_MODELS", Path.home() / ".cache" / "gambit-test-models")
-)
-GEMMA = MODEL_CACHE / "gemma-3-270m-q4_k_m.gguf"
 PROMPTS = ["Explain in simple words what photosynthesis is."]
 TEXT = "The capital of France is Paris. The capital of Germany is Berlin. " * 30
 
@@ -144,20 +140,19 @@ def test_skipped_blocks_are_gone_and_the_rest_renumbered(tmp_path: Path, smol_q4
     assert _leftovers(tmp_path) == ["skip3.gguf", "skip4.gguf"]
 
 
-@pytest.mark.skipif(not GEMMA.is_file(), reason="Gemma-3-270M is not in the test model cache")
-def test_gemma3_keeps_its_sliding_window_layers(tmp_path: Path) -> None:
+def test_gemma3_keeps_its_sliding_window_layers(tmp_path: Path, gemma_q4_k_m: Path) -> None:
     """Gemma-3 makes every 6th layer global by its index; renumbered blocks keep
     their own kind through an explicit per-layer pattern. Past 512 tokens of
     context (the window) a wrong pattern changes the logits."""
-    same = write_layer_skip_model(GEMMA, tmp_path / "same.gguf", ())
-    tokens = _tokens(GEMMA, 700)
-    assert np.array_equal(_logits(GEMMA, tokens), _logits(same, tokens))
-    dst = write_layer_skip_model(GEMMA, tmp_path / "skip.gguf", [3, 7])
+    same = write_layer_skip_model(gemma_q4_k_m, tmp_path / "same.gguf", ())
+    tokens = _tokens(gemma_q4_k_m, 700)
+    assert np.array_equal(_logits(gemma_q4_k_m, tokens), _logits(same, tokens))
+    dst = write_layer_skip_model(gemma_q4_k_m, tmp_path / "skip.gguf", [3, 7])
     key = "gemma3.attention.sliding_window_pattern"
     pattern = read_header(dst, keep_arrays=(key,)).metadata[key]
     original = [i % 6 < 5 for i in range(18)]  # llama.cpp's default for gemma3: 5 local, 1 global
     assert pattern == [original[i] for i in range(18) if i not in (3, 7)]
-    assert read_layer_skip_info(dst) == LayerSkipInfo((3, 7), 18, GEMMA.name)
+    assert read_layer_skip_info(dst) == LayerSkipInfo((3, 7), 18, gemma_q4_k_m.name)
     assert np.isfinite(_logits(dst, tokens[:40])).all()
 
 
