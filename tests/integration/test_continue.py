@@ -50,14 +50,17 @@ def engine(request: pytest.FixtureRequest, smol_q8_0: Path, smol_q4_1: Path) -> 
     engine.close()
 
 
+def ends_inside_a_character(engine: Engine, tokens: Sequence[int]) -> bool:
+    """Whether the last of ``tokens`` holds only the first bytes of a character."""
+    data = b"".join(map(engine.target.token_piece, tokens))
+    return whole_text(data) != data.decode("utf-8", "replace")
+
+
 def cut_inside_a_character(engine: Engine, tokens: Sequence[int]) -> int:
     """The first cut from N/2 on after which the kept tokens end inside a
     UTF-8 character; N/2 where none does."""
-    for cut in range(N // 2, len(tokens)):
-        data = b"".join(map(engine.target.token_piece, tokens[:cut]))
-        if whole_text(data) != data.decode("utf-8", "replace"):
-            return cut
-    return N // 2
+    cuts = range(N // 2, len(tokens))
+    return next((c for c in cuts if ends_inside_a_character(engine, tokens[:c])), N // 2)
 
 
 def reply(
@@ -81,8 +84,7 @@ def test_a_reply_cut_inside_a_character_and_continued_equals_the_uncut_reply(
     first, first_text, _ = reply(engine, ASK, cut, sampling)
     assert first == full[:cut]
     if sampling is GREEDY:  # the cut splits an emoji: its first bytes are not text yet
-        data = b"".join(map(engine.target.token_piece, first))
-        assert whole_text(data) != data.decode("utf-8", "replace")
+        assert ends_inside_a_character(engine, first)
         assert "\ufffd" not in first_text
     kept = KeptTokens(engine.tokenizer_fingerprint, tuple(first))
     start = engine.resume_tokens(first_text, kept)
