@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gambit.engine.estimates import STALE_AFTER, AcceptanceModel, CostModel, chain_speedup
+from gambit.engine.estimates import (
+    RETIME_WEIGHT,
+    STALE_AFTER,
+    AcceptanceModel,
+    CostModel,
+    chain_speedup,
+)
 from gambit.engine.gamma.controller import GammaController
 from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
 from gambit.engine.text.reply import Round
@@ -275,6 +281,26 @@ def test_a_size_measured_long_ago_gives_way_to_the_sizes_measured_since() -> Non
     interpolated = c.verify_cost(5)
     c.observe_verify(5, 0.100 * 1.6)
     assert c.verify_cost(5) == pytest.approx((interpolated + 0.100 * 1.6) / 2)
+
+
+def test_a_plain_step_re_timed_after_a_reply_moves_t1_part_of_the_way() -> None:
+    # Re-timed medians after replies read 57-73 ms for one 68 ms step (F32 ×4):
+    # t1 follows them as a running mean, the relative curve as it was.
+    c = costs(t1=0.068, slope=0.2, t_draft=0.008)
+    relative, draft = c.relative_costs(9)
+    c.observe_plain_step(0.057)  # one fast reading
+    assert c.t1 == pytest.approx(0.068 + RETIME_WEIGHT * (0.057 - 0.068))
+    assert 0.057 < c.t1 < 0.068
+    assert np.array_equal(c.relative_costs(9)[0], relative)
+    assert c.relative_costs(9)[1] == draft
+    c.observe_plain_step(0.0)  # nothing timed: nothing moves
+    assert c.t1 == pytest.approx(0.068 + RETIME_WEIGHT * (0.057 - 0.068))
+    for _ in range(10):  # the context grew: a steady change is followed
+        c.observe_plain_step(0.080)
+    assert c.t1 == pytest.approx(0.080, rel=0.03)
+    fresh = CostModel(9)  # nothing measured before: the first re-timing is t1
+    fresh.observe_plain_step(0.050)
+    assert fresh.t1 == 0.050
 
 
 def test_plain_rounds_leave_the_relative_costs_as_they_were() -> None:

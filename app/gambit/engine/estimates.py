@@ -26,6 +26,9 @@ POOL_WEIGHT = 4.0
 # the fit of the t(k) curve passes over it where fresher sizes surround it
 # (CostModel._smoothed_curve). ~2 replies of 128 tokens at 3-4 tokens a round.
 STALE_AFTER = 64
+# The share of t1 a plain step re-timed after a reply moves (CostModel.
+# observe_plain_step): ~3 replies of memory.
+RETIME_WEIGHT = 0.3
 # CostModel's figures besides the t(k) curve that a stored calibration keeps.
 _STORED_RATIOS = ("draft_ratio", "draft_extra_ratio", "catch_up_ratio", "read_ratio")
 
@@ -152,6 +155,26 @@ class CostModel:
         else:
             return
         self._seen[k] = True
+
+    def observe_plain_step(self, seconds: float) -> None:
+        """A plain step re-timed on a reply's context (``Engine.remeasure_baseline``,
+        the median of a few) took ``seconds``: t1 moves RETIME_WEIGHT of the way.
+
+        Every ratio is measured against the t1 of its time, so a t1 set outright
+        from each re-timing put that timing's noise into every ratio measured
+        until the next one (re-timed medians read 57-73 ms for one 68 ms step
+        on the F32 ×4 target), and sizes measured under different t1 drifted
+        apart: the policy then drafted γ = 3 where 4 paid. In a replay of
+        recorded replies with costs timed that noisily, a running mean kept
+        adaptive at 0.987 of the best fixed γ against 0.982 (weaker draft) and
+        0.9996 against 0.998 (its own Q4_1 draft); context growth is followed
+        within a few replies."""
+        if seconds <= 0:
+            return
+        if self.t1 <= 0:
+            self.set_target(1, seconds)
+        else:
+            self.t1 += RETIME_WEIGHT * (seconds - self.t1)
 
     def observe_verify(self, k: int, seconds: float) -> None:
         """A round's verification batch of ``k`` tokens took ``seconds``. The

@@ -369,9 +369,10 @@ class Engine:
         return baseline
 
     def remeasure_baseline(self) -> float:
-        """Measure plain decoding on the last reply's own context and make it the
-        controller's t_target(1); returns it in tokens/s, 0.0 when there was
-        nothing to measure on.
+        """Measure plain decoding on the last reply's own context; returns it
+        in tokens/s (the reply's baseline), 0.0 when there was nothing to
+        measure on. The controller's t_target(1) moves towards it
+        (``CostModel.observe_plain_step``).
 
         One plain step is timed as a plain round takes it: decode the reply's
         last token on the full context, read its logits row and pick the top
@@ -402,8 +403,8 @@ class Engine:
             if times[0] > BASELINE_SLOW_STEP_S:
                 break
         step = float(np.median(times))
-        self.controller.costs.set_target(1, step)
-        return self.controller.baseline_tokens_per_s
+        self.controller.costs.observe_plain_step(step)
+        return 1.0 / step
 
     def replay(
         self,
