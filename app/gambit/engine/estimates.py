@@ -33,9 +33,9 @@ RETIME_WEIGHT = 0.3
 _STORED_RATIOS = ("draft_ratio", "draft_extra_ratio", "catch_up_ratio", "read_ratio")
 
 
-def _running(mean: float, value: float) -> float:
-    """A running mean of per-token costs (COST_WEIGHT); the first value alone."""
-    return mean + COST_WEIGHT * (value - mean) if mean else value
+def _running(mean: float, value: float, weight: float = COST_WEIGHT) -> float:
+    """A running mean of costs (``weight``); the first value alone."""
+    return mean + weight * (value - mean) if mean else value
 
 
 class CostModel:
@@ -171,10 +171,7 @@ class CostModel:
         within a few replies."""
         if seconds <= 0:
             return
-        if self.t1 <= 0:
-            self.set_target(1, seconds)
-        else:
-            self.t1 += RETIME_WEIGHT * (seconds - self.t1)
+        self.set_target(1, _running(max(self.t1, 0.0), seconds, RETIME_WEIGHT))
 
     def observe_verify(self, k: int, seconds: float) -> None:
         """A round's verification batch of ``k`` tokens took ``seconds``. The
