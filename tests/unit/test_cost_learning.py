@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gambit.engine.drafters.text_draft import per_round_seconds
 from gambit.engine.estimates import COST_WEIGHT, CostModel
 
 T1 = 0.010
@@ -44,3 +45,28 @@ def test_a_long_catch_up_after_plain_rounds_is_priced_apart() -> None:
     c2 = costs(draft_ratio=0.1)
     c2.observe_drafting(n_chain=4, t_draft_s=0.024, n_synced=40, t_synced_s=0.0)
     assert c2.catch_up_ratio == pytest.approx((0.024 - 4 * 0.001) / 40 / T1)
+
+
+@pytest.mark.parametrize("gamma", [2, 4, 16])
+def test_a_text_draft_round_s_fixed_part_is_priced_per_round_not_per_token(gamma: int) -> None:
+    # Drafting through text: each round pays 3 ms whatever its length (the
+    # text synced, the held-back token written again, one token of lookahead,
+    # the tokenizing), then 1.2 draft steps of 1 ms per target token.
+    step, per_token, fixed = 0.001, 1.2, 0.003
+    n_steps = round(gamma * per_token) + 1
+    steps_s = n_steps * step
+    total = fixed + steps_s
+    split = per_round_seconds(total, steps_s, n_steps, gamma, per_token)
+    c = costs(draft_ratio=0.12)  # the calibration's: 1.2 steps of 1 ms, t1 10 ms
+    for _ in range(40):
+        c.observe_drafting(n_chain=gamma, t_draft_s=total, n_synced=1, t_synced_s=split)
+    # The same per-token price at every γ: a short draft does not look dearer
+    # per token than a long one, and a round's whole cost is what it took.
+    assert c.draft_ratio == pytest.approx(per_token * step / T1, rel=0.02)
+    drafting = c.round_cost(gamma, gamma + 1) - c.verify_cost(gamma + 1)
+    assert drafting == pytest.approx(total, rel=0.02)
+
+
+def test_a_text_draft_round_of_one_token_is_all_fixed() -> None:
+    assert per_round_seconds(0.005, 0.002, 2, 1, 1.0) == 0.005
+    assert per_round_seconds(0.005, 0.0, 0, 0, 1.0) == 0.005
