@@ -20,6 +20,7 @@ from test_lossless import (
     _exact_two_token_distribution,
     _goodness_of_fit,
     _prompt,
+    plain_reply,
 )
 from test_tree import TREE_OPTIONS
 
@@ -80,12 +81,11 @@ def test_greedy_layer_skip_is_token_identical(
     rt_target: ModelRuntime, rt_layer_skip: ModelRuntime, gamma: int, side: int
 ) -> None:
     check_compatible(rt_target, rt_layer_skip)
-    plain = SpeculativeDecoder(rt_target)
     spec = SpeculativeDecoder(rt_target, DraftModelDrafter(rt_layer_skip), FixedGamma(gamma, side))
     drafted = accepted = 0
     for text in PROMPTS:
         prompt = _prompt(rt_target, text)
-        expected = [t for r in plain.generate(prompt, GREEDY) for t in r.tokens]
+        expected = plain_reply(rt_target, prompt, GREEDY)
         rounds = list(spec.generate(prompt, GREEDY))
         assert [t for r in rounds for t in r.tokens] == expected, text
         drafted += sum(r.n_drafted for r in rounds)

@@ -53,16 +53,28 @@ def _reply(decoder: SpeculativeDecoder, prompt: list[int], config: GenerationCon
     return [t for rnd in decoder.generate(prompt, config) for t in rnd.tokens]
 
 
+_PLAIN: dict[tuple[Path, RuntimeOptions, tuple[int, ...], GenerationConfig], list[int]] = {}
+
+
+def plain_reply(rt: ModelRuntime, prompt: list[int], config: GenerationConfig) -> list[int]:
+    """The target's own reply without a drafter: what every speculative reply
+    is compared with. Decoded once per model file, runtime options, prompt and
+    config (it is deterministic; many tests compare with the same one)."""
+    key = (rt.path, rt.options, tuple(prompt), config)
+    if key not in _PLAIN:
+        _PLAIN[key] = _reply(SpeculativeDecoder(rt), prompt, config)
+    return list(_PLAIN[key])
+
+
 @pytest.mark.parametrize("gamma", [1, 2, 4, 7])
 def test_greedy_draft_model_is_token_identical(
     rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime, gamma: int
 ) -> None:
-    plain = SpeculativeDecoder(rt_q8_0)
     spec = SpeculativeDecoder(rt_q8_0, DraftModelDrafter(rt_q4_1), FixedGamma(gamma))
     drafted = 0
     for text in PROMPTS:
         prompt = _prompt(rt_q8_0, text)
-        expected = _reply(plain, prompt, GREEDY)
+        expected = plain_reply(rt_q8_0, prompt, GREEDY)
         rounds = list(spec.generate(prompt, GREEDY))
         assert [t for r in rounds for t in r.tokens] == expected
         drafted += sum(r.n_drafted for r in rounds)
@@ -74,13 +86,12 @@ def test_greedy_prompt_lookup_is_token_identical(
     request: pytest.FixtureRequest, target: str, gamma: int
 ) -> None:
     rt: ModelRuntime = request.getfixturevalue(target)
-    plain = SpeculativeDecoder(rt)
     spec = SpeculativeDecoder(rt, PromptLookupDrafter(), FixedGamma(gamma))
     accepted = 0
     for text in PROMPTS:
         prompt = _prompt(rt, text)
         rounds = list(spec.generate(prompt, GREEDY))
-        assert [t for r in rounds for t in r.tokens] == _reply(plain, prompt, GREEDY)
+        assert [t for r in rounds for t in r.tokens] == plain_reply(rt, prompt, GREEDY)
         accepted += sum(r.n_accepted for r in rounds)
     assert accepted > 0
 
@@ -94,13 +105,12 @@ def test_greedy_draft_model_and_lookup_together_are_token_identical(
     # elsewhere: the list and the rewrite give lookup its stretches.
     combined = CombinedDrafter(DraftModelDrafter(rt_q4_1), PromptLookupDrafter(), check_copies)
     spec = SpeculativeDecoder(rt_q8_0, combined, FixedGamma(4))
-    plain = SpeculativeDecoder(rt_q8_0)
     accepted: dict[str, int] = {}
     checked = 0
     for text in PROMPTS:
         prompt = _prompt(rt_q8_0, text)
         rounds = list(spec.generate(prompt, GREEDY))
-        assert [t for r in rounds for t in r.tokens] == _reply(plain, prompt, GREEDY), text
+        assert [t for r in rounds for t in r.tokens] == plain_reply(rt_q8_0, prompt, GREEDY), text
         for r in rounds:
             if r.drafted_by:
                 accepted[r.drafted_by] = accepted.get(r.drafted_by, 0) + r.n_accepted
@@ -117,12 +127,11 @@ def test_f16_divergence_only_on_near_ties(rt_f16: ModelRuntime, rt_q4_1: ModelRu
     chosen token must have been a near-tie: the target's top-two logit gap at
     that position is within the measured batch noise (max |diff| 0.035).
     """
-    plain = SpeculativeDecoder(rt_f16)
     spec = SpeculativeDecoder(rt_f16, DraftModelDrafter(rt_q4_1), FixedGamma(4))
     compared = diverged = 0
     for text in PROMPTS:
         prompt = _prompt(rt_f16, text)
-        a = _reply(plain, prompt, GREEDY)
+        a = plain_reply(rt_f16, prompt, GREEDY)
         b = _reply(spec, prompt, GREEDY)
         n = min(len(a), len(b))
         compared += n
@@ -190,12 +199,11 @@ def test_greedy_lookup_copying_from_earlier_chats_is_token_identical(
 ) -> None:
     # The earlier chats hold these prompts' replies (asked again: a usual
     # request), and half of each reply more (a reply that went elsewhere).
-    plain = SpeculativeDecoder(rt_q8_0)
     history = HistoryIndex()
     replies: dict[str, list[int]] = {}
     copying = PROMPTS[2:]  # (the list and the rewrite: lookup has stretches to copy too)
     for i, text in enumerate(copying):
-        replies[text] = _reply(plain, _prompt(rt_q8_0, text), GREEDY)
+        replies[text] = plain_reply(rt_q8_0, _prompt(rt_q8_0, text), GREEDY)
         cut = len(replies[text]) // 2
         history.add(2 * i, replies[text])
         history.add(

@@ -15,6 +15,7 @@ from test_lossless import (
     _exact_two_token_distribution,
     _goodness_of_fit,
     _prompt,
+    plain_reply,
 )
 
 from gambit.engine.decoder import SpeculativeDecoder
@@ -146,7 +147,6 @@ def _run(decoder: SpeculativeDecoder, prompt: list[int], config: GenerationConfi
 def test_greedy_tree_is_token_identical(
     rt_tree: ModelRuntime, rt_q4_1: ModelRuntime, drafter_kind: str, gamma: int, side: int
 ) -> None:
-    plain = SpeculativeDecoder(rt_tree)
     # 1-token matches too: they give the lookup trie its side branches
     drafter = (
         DraftModelDrafter(rt_q4_1) if drafter_kind == "draft" else PromptLookupDrafter(ngram_min=1)
@@ -155,7 +155,7 @@ def test_greedy_tree_is_token_identical(
     n_side = 0
     for text in PROMPTS:
         prompt = _prompt(rt_tree, text)
-        expected = [t for r in _run(plain, prompt, GREEDY) for t in r.tokens]
+        expected = plain_reply(rt_tree, prompt, GREEDY)
         rounds = _run(spec, prompt, GREEDY)
         assert [t for r in rounds for t in r.tokens] == expected, text
         n_side += sum(r.n_side for r in rounds)
