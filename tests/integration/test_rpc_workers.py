@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gambit.engine.machine import rpc
+from gambit.engine.machine import rpc, target_host
 from gambit.engine.machine.kernels import EXACT
 from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.machine.target_host import HostedRuntime, WorkerLostError
@@ -119,8 +119,11 @@ def test_a_worker_killed_mid_reply_is_a_message_naming_it(
 
 
 def test_stop_while_a_worker_hangs_ends_the_reply(
-    tmp_path: Path, smol_f16: Path, smol_q4_1: Path
+    tmp_path: Path, smol_f16: Path, smol_q4_1: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A stopped worker never answers, so the grace after Stop always runs out:
+    # a short one ends the reply the same way, sooner.
+    monkeypatch.setattr(target_host, "STOP_GRACE_S", 0.5)
     with workers(tmp_path, 1) as (w1,):
         engine = _engine(smol_f16, smol_q4_1, speculate=False, rpc_workers=(w1.endpoint,))
         cancel = threading.Event()
