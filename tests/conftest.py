@@ -13,7 +13,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import gguf
 import pytest
 
 from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
@@ -21,7 +20,7 @@ from gambit.formats.layerskip_file import write_layer_skip_model
 from gambit.models.default_model import default_model_path
 from gambit.models.derive import requantize
 from gemma_model import gemma_path
-from gguf_fixtures import change_token, copy_gguf
+from gguf_fixtures import change_token, copy_gguf, reader_of
 
 MODEL_CACHE = Path(
     os.environ.get("GAMBIT_TEST_MODELS", Path.home() / ".cache" / "gambit-test-models")
@@ -129,7 +128,7 @@ def rt_f16(smol_f16: Path) -> Iterator[ModelRuntime]:
 @pytest.fixture(scope="session")
 def changed_tokenizer(tmp_path_factory: pytest.TempPathFactory, smol_q4_1: Path) -> Path:
     dst = tmp_path_factory.mktemp("changed-tokenizer") / "smol-changed-vocab.Q4_1.gguf"
-    return copy_gguf(gguf.GGUFReader(smol_q4_1, "r"), dst, change_token)
+    return copy_gguf(reader_of(smol_q4_1), dst, change_token)
 
 
 # Gemma-3-270M: another family, another tokenizer (tests/gemma_model.py). A

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,6 +15,13 @@ import numpy as np
 # draft for SmolLM2 (llama.cpp's rule: token texts must match from id 5 on).
 CHANGED_TOKEN = 1000
 CHANGED_TEXT = "<|gambit-test|>"
+
+
+@functools.cache
+def reader_of(path: Path) -> gguf.GGUFReader:
+    """``path`` parsed, once per file in the session (seconds for SmolLM2's
+    49k vocabulary strings); only read from: ``copy_gguf`` edits copies."""
+    return gguf.GGUFReader(path, "r")
 
 
 def copy_gguf(

@@ -8,13 +8,11 @@ long prompt) ends the process cleanly: exit status 0, never Qt's abort
 
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import gguf
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
@@ -23,7 +21,7 @@ from pytestqt.qtbot import QtBot
 from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.window.main_window import MainWindow
-from gguf_fixtures import copy_gguf
+from gguf_fixtures import copy_gguf, reader_of
 
 WAIT_MS = 240_000
 RAISES = "{{ raise_exception('System role not supported') }}"
@@ -31,16 +29,11 @@ RAISES = "{{ raise_exception('System role not supported') }}"
 SLOW = "{% for a in range(100000) %}{{ range(100000)|sort|sum }}{% endfor %}"
 
 
-@functools.cache
-def _reader(src: Path) -> gguf.GGUFReader:
-    return gguf.GGUFReader(src, "r")  # seconds to parse (49k vocabulary entries): once per file
-
-
 def _with_template(src: Path, dst: Path, template: str) -> Path:
     def edit(name: str, value: object) -> object:
         return template if name == "tokenizer.chat_template" else value
 
-    return copy_gguf(_reader(src), dst, edit)
+    return copy_gguf(reader_of(src), dst, edit)
 
 
 def _settings(target: Path, **changes: object) -> Settings:

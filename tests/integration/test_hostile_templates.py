@@ -22,7 +22,7 @@ from gambit.engine.text.reply import GenerationConfig, StopReason
 from gambit.engine.text.template_sandbox import RenderCancelledError, RenderLimits
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import ChatTemplateError
-from gguf_fixtures import copy_gguf
+from gguf_fixtures import copy_gguf, reader_of
 
 MESSAGES = [Message("user", "Hi")]
 SPIN = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
@@ -110,7 +110,7 @@ def _with_template(src: gguf.GGUFReader, dst: Path, template: str) -> Path:
 @pytest.fixture(scope="module")
 def hostile_models(tmp_path_factory: pytest.TempPathFactory, smol_q4_1: Path) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("hostile-templates")
-    src = gguf.GGUFReader(smol_q4_1)  # parsed once (seconds: 49k vocabulary strings)
+    src = reader_of(smol_q4_1)
     return {
         "spin": _with_template(src, folder / "spin.gguf", SPIN),
         "slow": _with_template(src, folder / "slow.gguf", SLOW),

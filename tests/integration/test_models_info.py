@@ -32,7 +32,7 @@ from gambit.models.memory import (
     gpu_memory,
 )
 from gambit.models.pairing import compatible_drafts, pair_report
-from gguf_fixtures import CHANGED_TEXT, CHANGED_TOKEN, change_token, copy_gguf
+from gguf_fixtures import CHANGED_TEXT, CHANGED_TOKEN, change_token, copy_gguf, reader_of
 
 MODEL_CACHE = Path(
     os.environ.get("GAMBIT_TEST_MODELS", Path.home() / ".cache" / "gambit-test-models")
@@ -66,7 +66,7 @@ def variants(tmp_path_factory: pytest.TempPathFactory, smol_q4_1: Path) -> dict[
     """Copies of SmolLM2 Q4_1: "changed" (token 1000 and the pre-tokenizer
     changed) and "pre-only" (the pre-tokenizer name alone changed)."""
     folder = tmp_path_factory.mktemp("variants")
-    reader = gguf.GGUFReader(smol_q4_1, "r")  # ~2 s: read once for both
+    reader = reader_of(smol_q4_1)
     return {
         "changed": _copy_with(reader, folder / "smol-changed.Q4_1.gguf", tokens=True),
         "pre-only": _copy_with(reader, folder / "smol-pre.Q4_1.gguf", tokens=False),
