@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 FAST = ["--threads", "1", "--ctx", "256"]
@@ -27,17 +26,25 @@ def test_ctrl_c_during_bench(tmp_path: Path, smol_q4_1: Path) -> None:
     lines = [json.dumps({"prompt": f"Tell a long story number {i}."}) for i in range(50)]
     prompts.write_text("\n".join(lines) + "\n")
     proc = _start(
-        "bench", "--target", smol_q4_1, "--prompts", prompts, *FAST, "--max-tokens", "200",
+        "bench", "--target", smol_q4_1, "--prompts", prompts, *FAST, "--max-tokens", "32",
         home=tmp_path, stdout=subprocess.PIPE,
     )  # fmt: skip
+    said: list[str] = []
     try:
-        time.sleep(6)  # past start-up: loading or benchmarking
-        assert proc.poll() is None
+        # Ctrl-C once the first reply is measured: the bench is under way,
+        # with 49 prompts to go.
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if line.lstrip().startswith("[1/50]"):
+                break
+        assert proc.poll() is None, "".join(said)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, rest = proc.communicate(timeout=60)
     finally:
         proc.kill()
         proc.communicate()  # reap it and close its pipes, whatever happened
+    err = "".join(said) + rest
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == "gambit-cli: interrupted"
