@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gambit.cli.main import main
 from gambit.storage.paths import cache_dir
 
 # One thread: the machine's two cores are shared with other jobs, and llama.cpp's
@@ -199,12 +200,30 @@ MAX_TOKENS = "argument --max-tokens: must be between 1 and 32768, not {}"
 )
 @pytest.mark.parametrize("command", ["generate", "bench"])
 def test_bad_counts_are_refused_with_exit_2(
-    tmp_path: Path, command: str, args: list[str], message: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    args: list[str],
+    message: str,
 ) -> None:
-    extra = ["Say hello"] if command == "generate" else ["--prompts", tmp_path / "p.jsonl"]
-    proc = gambit(command, "--target", tmp_path / "never-opened.gguf", *args, *extra, home=tmp_path)
+    # gambit-cli's own main (what ``python -m gambit`` runs), in this process:
+    # the arguments are refused before anything is read or loaded.
+    monkeypatch.setenv("GAMBIT_HOME", str(tmp_path))
+    extra = ["Say hello"] if command == "generate" else ["--prompts", str(tmp_path / "p.jsonl")]
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--target", str(tmp_path / "never-opened.gguf"), *args, *extra])
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2
+    assert f"gambit-cli {command}: error: {message}" in err
+    assert out == ""
+
+
+def test_a_bad_count_exits_2_from_the_command_line(tmp_path: Path) -> None:
+    proc = gambit("generate", "--target", tmp_path / "never-opened.gguf", "--threads", "-1",
+                  "Say hello", home=tmp_path)  # fmt: skip
     assert proc.returncode == 2
-    assert f"gambit-cli {command}: error: {message}" in proc.stderr
+    assert f"gambit-cli generate: error: {THREADS.format(-1)}" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stdout == ""
 
