@@ -186,6 +186,8 @@ def test_a_setting_that_reloads_changed_during_a_reply_applies_when_it_ends(
     # The reply goes on with the models it started with ...
     assert w.generating and w.engine_info is not None and w.engine_info.n_ctx == 1024
     assert w.settings_store.load().context_size == 2048  # (saved at once)
+    # (Stop ends it as its last token would: the same end of a reply.)
+    qtbot.mouseClick(w.stop_button, qtbot_left())
     wait_reply(qtbot, w)
     # ... and the new context size is loaded as soon as it ends.
     qtbot.waitUntil(
