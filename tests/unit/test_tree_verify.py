@@ -99,22 +99,33 @@ def test_chain_tree_verifies_as_speculative_sample() -> None:
         assert tree.main_outcomes == chain.outcomes
 
 
-def _two_level_case(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+class _Case:
+    """p and q over two tokens, dense and as Distributions (built once: the
+    samples only read them)."""
+
+    def __init__(
+        self, p_root: np.ndarray, p_next: np.ndarray, q_root: np.ndarray, q_next: np.ndarray
+    ) -> None:
+        self.p_root, self.p_next = p_root, p_next  # p_next row t1: p(t2 | t1)
+        self.q_root, self.q_next = q_root, q_next
+        self.p_root_dist, self.q_root_dist = dist(p_root), dist(q_root)
+        self.p_next_dist = [dist(row) for row in p_next]
+        self.q_next_dist = [dist(row) for row in q_next]
+
+
+def _two_level_case(seed: int) -> _Case:
     rng = np.random.default_rng(seed)
     p_root = rng.dirichlet(np.ones(V) * 0.7)
     p_next = rng.dirichlet(np.ones(V) * 0.7, size=V)  # p(t2 | t1)
     q_root = rng.dirichlet(np.ones(V) * 0.7)
     q_next = rng.dirichlet(np.ones(V) * 0.7, size=V)
-    return p_root, p_next, q_root, q_next
+    return _Case(p_root, p_next, q_root, q_next)
 
 
 def _sample_pair(
     kind: str,
     n_siblings: int,
-    p_root: np.ndarray,
-    p_next: np.ndarray,
-    q_root: np.ndarray,
-    q_next: np.ndarray,
+    case: _Case,
     rng: np.random.Generator,
 ) -> tuple[int, int]:
     """Draft a two-level tree, verify it, and return the first two emitted tokens."""
@@ -123,7 +134,7 @@ def _sample_pair(
     qs: list[Distribution] = []
     # Root candidates: the main child and siblings.
     if kind == "sampled":  # drawn without replacement from q_root
-        remaining = dist(q_root)
+        remaining = case.q_root_dist
         for _ in range(n_siblings):
             if len(remaining.ids) == 0:
                 break
@@ -135,14 +146,14 @@ def _sample_pair(
                 break
             remaining = without(remaining, t)
     else:  # deterministic: the top candidates of q_root, point masses
-        for t in np.argsort(-q_root)[:n_siblings]:
+        for t in np.argsort(-case.q_root)[:n_siblings]:
             tokens.append(int(t))
             parents.append(-1)
             qs.append(Distribution.point(int(t)))
     # Each root candidate gets one child of its own.
     for i in range(len(tokens)):
-        q = dist(q_next[tokens[i]])
-        t = q.sample(rng.random()) if kind == "sampled" else int(np.argmax(q_next[tokens[i]]))
+        q = case.q_next_dist[tokens[i]]
+        t = q.sample(rng.random()) if kind == "sampled" else int(np.argmax(case.q_next[tokens[i]]))
         tokens.append(t)
         parents.append(i)
         qs.append(q if kind == "sampled" else Distribution.point(t))
@@ -159,15 +170,15 @@ def _sample_pair(
 
     def p_at(row: int, path: Sequence[int]) -> Distribution:
         if row == 0:
-            return dist(p_root)
+            return case.p_root_dist
         if len(path) == 1:
-            return dist(p_next[tree.tokens[path[0]]])
-        return dist(p_root)  # depth 2: not needed for the first two tokens
+            return case.p_next_dist[tree.tokens[path[0]]]
+        return case.p_root_dist  # depth 2: not needed for the first two tokens
 
     verdict = verify_tree(tree, p_at, rng)
     out = [tree.tokens[i] for i in verdict.path] + [verdict.token]
     if len(out) == 1:  # the tree stopped at the root: the next token comes from p
-        out.append(dist(p_next[out[0]]).sample(rng.random()))
+        out.append(case.p_next_dist[out[0]].sample(rng.random()))
     return out[0], out[1]
 
 
@@ -175,13 +186,13 @@ def _sample_pair(
 @pytest.mark.parametrize("n_siblings", [1, 2, 4])
 def test_tree_output_matches_the_target_distribution(kind: str, n_siblings: int) -> None:
     for seed in range(3):
-        p_root, p_next, q_root, q_next = _two_level_case(seed)
-        exact = (p_root[:, None] * p_next).ravel()
+        case = _two_level_case(seed)
+        exact = (case.p_root[:, None] * case.p_next).ravel()
         rng = np.random.default_rng(100 + seed)
         n = 12_000
         counts = np.zeros(V * V)
         for _ in range(n):
-            t1, t2 = _sample_pair(kind, n_siblings, p_root, p_next, q_root, q_next, rng)
+            t1, t2 = _sample_pair(kind, n_siblings, case, rng)
             counts[t1 * V + t2] += 1
         assert counts[exact == 0].sum() == 0
         expected = exact * n
