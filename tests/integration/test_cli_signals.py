@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 FAST = ["--threads", "1", "--ctx", "256"]
@@ -30,6 +31,8 @@ def test_ctrl_c_during_bench(tmp_path: Path, smol_q4_1: Path) -> None:
         home=tmp_path, stdout=subprocess.PIPE,
     )  # fmt: skip
     said: list[str] = []
+    deadline = threading.Timer(180, proc.kill)  # a bench that never gets going fails
+    deadline.start()
     try:
         # Ctrl-C once the first reply is measured: the bench is under way,
         # with 49 prompts to go.
@@ -38,10 +41,12 @@ def test_ctrl_c_during_bench(tmp_path: Path, smol_q4_1: Path) -> None:
             said.append(line)
             if line.lstrip().startswith("[1/50]"):
                 break
+        deadline.cancel()
         assert proc.poll() is None, "".join(said)
         proc.send_signal(signal.SIGINT)
         _, rest = proc.communicate(timeout=60)
     finally:
+        deadline.cancel()
         proc.kill()
         proc.communicate()  # reap it and close its pipes, whatever happened
     err = "".join(said) + rest

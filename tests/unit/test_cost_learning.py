@@ -48,7 +48,7 @@ def test_a_long_catch_up_after_plain_rounds_is_priced_apart() -> None:
 
 
 @pytest.mark.parametrize("gamma", [2, 4, 16])
-def test_a_text_draft_round_s_fixed_part_is_priced_per_round_not_per_token(gamma: int) -> None:
+def test_the_fixed_part_of_a_text_draft_round_is_priced_per_round_not_per_token(gamma: int) -> None:
     # Drafting through text: each round pays 3 ms whatever its length (the
     # text synced, the held-back token written again, one token of lookahead,
     # the tokenizing), then 1.2 draft steps of 1 ms per target token.
@@ -67,6 +67,6 @@ def test_a_text_draft_round_s_fixed_part_is_priced_per_round_not_per_token(gamma
     assert drafting == pytest.approx(total, rel=0.02)
 
 
-def test_a_text_draft_round_of_one_token_is_all_fixed() -> None:
-    assert per_round_seconds(0.005, 0.002, 2, 1, 1.0) == 0.005
-    assert per_round_seconds(0.005, 0.0, 0, 0, 1.0) == 0.005
+def test_a_text_draft_round_of_one_token_or_no_steps_is_all_fixed() -> None:
+    assert per_round_seconds(0.005, 0.002, 2, 1, 1.0) == 0.005  # one token proposed
+    assert per_round_seconds(0.005, 0.0, 0, 0, 1.0) == 0.005  # no step after the catch-up

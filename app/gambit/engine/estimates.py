@@ -29,6 +29,10 @@ STALE_AFTER = 64
 # The share of t1 a plain step re-timed after a reply moves (CostModel.
 # observe_plain_step): ~3 replies of memory.
 RETIME_WEIGHT = 0.3
+# The longest catch-up a round's first draft step stands for: one token after
+# a rejection, two after a fully accepted round. Longer ones (after plain
+# rounds) are priced per token apart (CostModel.observe_drafting).
+SHORT_CATCH_UP = 2
 # CostModel's figures besides the t(k) curve that a stored calibration keeps.
 _STORED_RATIOS = ("draft_ratio", "draft_extra_ratio", "catch_up_ratio", "read_ratio")
 
@@ -257,7 +261,7 @@ class CostModel:
         drafts look ~30 % dearer per token than long ones; left out, drafting
         looked cheaper than it is where it barely loses (Q8_0).
         """
-        if n_synced > 2:
+        if n_synced > SHORT_CATCH_UP:
             # A long catch-up (after plain rounds) is not the per-token cost
             # of drafting in steady speculation: it is priced apart.
             drafting = t_draft_s - t_synced_s if t_synced_s > 0 else n_chain * self.t_draft

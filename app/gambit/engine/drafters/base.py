@@ -20,7 +20,9 @@ class Draft:
     q: list[Distribution] | None = None
     # Tokens the drafter first had to decode to catch up with the context
     # (after plain rounds, many; in steady speculation, one or two), and the
-    # seconds that took (0: not measured apart from the drafting).
+    # seconds that took (0: not measured apart from the drafting). A draft
+    # through text reports its round's whole fixed part there: it is priced
+    # per round as a catch-up is (text_draft.per_round_seconds).
     n_synced: int = 0
     t_synced_s: float = 0.0
 

@@ -14,11 +14,11 @@ x otherwise, which emits exactly the target's distribution whatever x was.
 Greedy is also the best a point mass can do: the chance it lands is p(x),
 highest where x is the likeliest token, which the draft's argmax guesses.
 
-What a round costs is measured as for any draft model, tokenizing
-included: what every round pays whatever its length apart from the steps
-per proposed target token (``per_round_seconds``), both priced by the policy
-(``CostModel.observe_drafting``), so a pair whose text drafting does not pay
-is switched off like any other.
+What a round costs is measured as for any draft model, tokenizing included,
+in two parts the policy prices apart (``per_round_seconds``,
+``CostModel.observe_drafting``): what every round pays whatever its length,
+and the draft steps per proposed target token. A pair whose text drafting
+does not pay is switched off like any other.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from gambit.engine.drafters.text_align import (
     PieceIndex,
     target_proposal,
 )
+from gambit.engine.estimates import SHORT_CATCH_UP
 from gambit.engine.machine.runtime import ModelRuntime
 from gambit.engine.verification.sampling import SamplingParams
 
@@ -81,7 +82,8 @@ class TextDraftDrafter:
         # The held-back token written again, the text of n_max target tokens,
         # and one draft token more: a lookahead that settles where the last
         # of them ends (Drafted.settled).
-        n_steps = math.ceil(n_max * self.steps_per_token) + 2
+        steps_per_token = self.steps_per_token  # (this round's, before it learns)
+        n_steps = math.ceil(n_max * steps_per_token) + 2
         t_picked = time.perf_counter()
         drafted = self.model.draft_picked(tokens, n_steps, self.pieces.heal(view.withheld))
         t_steps = time.perf_counter() - t_picked - drafted.t_synced_s
@@ -89,7 +91,7 @@ class TextDraftDrafter:
         proposal = target_proposal(self.target, context, text)
         self._learn_ratio(len(drafted.tokens) - (1 if text.ended else 2), len(proposal))
         proposal = proposal[:n_max]
-        if drafted.n_synced > 2:
+        if drafted.n_synced > SHORT_CATCH_UP:
             # A long catch-up: priced per token apart (CostModel.observe_drafting).
             t_fixed = drafted.t_synced_s + t_text
         else:
@@ -98,7 +100,7 @@ class TextDraftDrafter:
                 t_steps,
                 len(drafted.tokens) - 1,
                 len(proposal),
-                self.steps_per_token,
+                steps_per_token,
             )
         return Draft(tuple(proposal), None, drafted.n_synced, t_fixed)
 

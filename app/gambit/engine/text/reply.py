@@ -38,7 +38,9 @@ class Round:
     elapsed_s: float  # since generate() was called, when this round was emitted
     stop: StopReason | None = None
     n_draft_synced: int = 0  # tokens the drafter decoded to catch up, within t_draft_s
-    t_draft_synced_s: float = 0.0  # the seconds of t_draft_s that took (0: not measured)
+    # the seconds of t_draft_s that took (0: not measured; a draft through
+    # text: its round's fixed part, Draft.t_synced_s)
+    t_draft_synced_s: float = 0.0
     # Token trees: ``n_drafted`` counts every node and ``outcomes`` is per
     # depth (was one of its candidates accepted?); ``n_side`` nodes were side
     # candidates, and ``main_outcomes`` is what the main chain alone showed.
