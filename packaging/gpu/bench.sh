@@ -12,7 +12,11 @@
 # and pass the model file (default: the embedded SmolLM2, fetched when online).
 # Environment: PER_SUITE (prompts per suite, default 3), TARGETS (default
 # F32x4,F16x4,F16,F32,Q8_0: the cost-scaled realistic pairs first, then the toy
-# ones), DRAFTERS (default draft,lookup,layerskip), MAX_TOKENS (128).
+# ones), DRAFTERS (default draft,lookup,layerskip), MAX_TOKENS (128), PROMPTS (a
+# JSON Lines file of prompts instead of the bundled suites). Whether draft model
+# + lookup earns its place on documents where reading a batch is cheap:
+#   DRAFTERS=draft,lookup,draft+lookup TARGETS=F32x4 PER_SUITE=0 \
+#   PROMPTS=resources/prompts/documents.jsonl packaging/gpu/bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=bench-out/gpu
@@ -43,6 +47,9 @@ export GAMBIT_HOME="${GAMBIT_HOME:-$PWD/$out/home}"
 model_args=()
 if [ -n "${1:-}" ]; then
     model_args=(--target "$1")
+fi
+if [ -n "${PROMPTS:-}" ]; then
+    model_args+=(--prompts "$PROMPTS")
 fi
 gambit-cli bench --regimes "${model_args[@]}" --gpu-layers -1 \
     --threads "$(nproc)" \
