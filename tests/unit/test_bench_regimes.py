@@ -91,6 +91,37 @@ def test_markdown_table_has_a_row_per_suite() -> None:
     assert rows[2].startswith("| F32 (compute-bound, t5/t1 1.40) | lookup | ALL |")
 
 
+def test_comparisons_not_run_are_shown_as_missing_not_as_zero() -> None:
+    # `--fixed none`: target-only and adaptive only, so there is no best fixed
+    # policy and no chain to bound; the row says "-" there, not 0.00x or 1.00x.
+    cell = Cell()
+    cell.totals[TARGET_ONLY].add(_stats(100, 1.0))
+    cell.totals["adaptive"].add(_stats(100, 0.4))
+    c = costs(0.1, 0.3)
+    f = cell_figures(cell, c)
+    assert f["best_fixed"] is None and f["best_fixed_speedup"] is None
+    assert f["adaptive_vs_best_fixed"] is None and f["best_fixed_end_to_end"] is None
+    assert f["bound"] is None and f["bound_gamma_max"] is None
+    assert f["adaptive_speedup"] == pytest.approx(2.5)
+    report = {
+        "pairs": [
+            {
+                "target": "F32",
+                "drafter": "draft",
+                "regime": regime_of(c),
+                "costs": {"t_ratio": {"5": 1.4}},
+                "suites": {"ALL": f},
+            }
+        ]
+    }
+    row = markdown_table(report).splitlines()[2].split(" | ")
+    header = markdown_table(report).splitlines()[0].split(" | ")
+    cells = dict(zip(header, row, strict=True))
+    for column in ("best fixed", "adapt/best (95 %)", "bound", "adapt/bound", "best fixed e2e"):
+        assert cells[column] == "-", column
+    assert cells["adaptive"] == "2.50x" and "0.00" not in row
+
+
 def test_parts_timed_at_context_replace_the_calibration() -> None:
     cell = Cell()
     cell.totals[TARGET_ONLY].add(_stats(100, 1.0))

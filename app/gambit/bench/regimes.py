@@ -173,10 +173,12 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
     fixed = {m: f for m, f in modes.items() if m.startswith("fixed=")}
     best_fixed = max(fixed, key=lambda m: fixed[m]["speedup"]) if fixed else None
     adaptive = modes.get("adaptive", {})
-    best = fixed[best_fixed]["speedup"] if best_fixed else 0.0
+    # None where nothing was run to compare with (``--fixed none``; no fixed
+    # chain for the bound): the report shows "-", never a 0.00x or 1.00x.
+    best = fixed[best_fixed]["speedup"] if best_fixed else None
     # End to end, a draft model's prompt reading counts: the adaptive policy
     # may skip it (and drafting) where it would not pay, a fixed one never does.
-    best_e2e = max((f["speedup_end_to_end"] for f in fixed.values()), default=0.0)
+    best_e2e = max((f["speedup_end_to_end"] for f in fixed.values()), default=None)
     adaptive_e2e = adaptive.get("speedup_end_to_end", 0.0)
     longest = _longest_chain(list(cell.totals))
     probe = cell.totals.get(longest) if longest else None
@@ -209,14 +211,15 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
         "adaptive_speedup": adaptive.get("speedup", 0.0),
         # its 95 % interval, prompt by prompt (where nothing pays: is a loss noise?)
         "adaptive_speedup_interval": list(over_plain[1:]) if over_plain else None,
-        "adaptive_vs_best_fixed": adaptive.get("speedup", 0.0) / best if best else 0.0,
-        "adaptive_vs_best_fixed_end_to_end": adaptive_e2e / best_e2e if best_e2e else 0.0,
+        "adaptive_vs_best_fixed": adaptive.get("speedup", 0.0) / best if best else None,
+        "adaptive_vs_best_fixed_end_to_end": adaptive_e2e / best_e2e if best_e2e else None,
         # prompt by prompt: the geometric mean and its 95 % interval (gambit.bench.paired)
         "adaptive_vs_best_fixed_interval": list(paired[1:]) if paired else None,
         # against the best fixed policy chosen on the other half of the prompts
         "adaptive_vs_held_out_fixed": held_out_ratio(rates, "adaptive", list(fixed)),
-        "bound": cost_bound(alpha, costs, gamma_bound) if alpha else 1.0,
-        "bound_gamma_max": gamma_bound,
+        # a fixed chain that never drafted: nothing to gain, plain decoding
+        "bound": (cost_bound(alpha, costs, gamma_bound) if alpha else 1.0) if probe else None,
+        "bound_gamma_max": gamma_bound if probe else None,
         "alpha": list(alpha),
         "ttft_ratio": adaptive.get("ttft_ms", 0.0) / base_ttft if base_ttft else 0.0,
         "round_efficiency": efficiency,

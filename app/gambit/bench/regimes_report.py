@@ -14,8 +14,11 @@ def _ms(value: float | None) -> str:
     return f"{value:.0f}" if value else "-"
 
 
-def _ratio(value: float, interval: list[float] | None, unit: str = "") -> str:
-    """``value`` and, where there is one, its 95 % interval: "1.02x (0.95-1.09)"."""
+def _ratio(value: float | None, interval: list[float] | None, unit: str = "") -> str:
+    """``value`` and, where there is one, its 95 % interval: "1.02x (0.95-1.09)";
+    "-" where nothing was measured to give it."""
+    if value is None:
+        return "-"
     if not interval:
         return f"{value:.2f}{unit}"
     return f"{value:.2f}{unit} ({interval[0]:.2f}-{interval[1]:.2f})"
@@ -57,16 +60,14 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
                     suite,
                     f"{plain['tokens_per_s']:.1f}",
                     _ratio(adaptive["speedup"], f.get("adaptive_speedup_interval"), "x"),
-                    f"{f['best_fixed'] or '-'} {f['best_fixed_speedup']:.2f}x",
+                    f"{f['best_fixed']} {f['best_fixed_speedup']:.2f}x" if f["best_fixed"] else "-",
                     _ratio(f["adaptive_vs_best_fixed"], f.get("adaptive_vs_best_fixed_interval")),
-                    f"{f['adaptive_vs_held_out_fixed']:.2f}"
-                    if f.get("adaptive_vs_held_out_fixed")
-                    else "-",
-                    f"{bound:.2f}x",
-                    f"{adaptive['speedup'] / bound:.2f}" if bound else "-",
-                    f"{f['adaptive_end_to_end']:.2f}x",
-                    f"{f.get('best_fixed_end_to_end', 0.0):.2f}x",
-                    f"{f.get('ttft_ratio', 0.0):.2f}",
+                    _ratio(f.get("adaptive_vs_held_out_fixed") or None, None),  # 0.0: none
+                    _ratio(bound, None, "x"),
+                    _ratio(adaptive["speedup"] / bound if bound else None, None),
+                    _ratio(f["adaptive_end_to_end"], None, "x"),
+                    _ratio(f.get("best_fixed_end_to_end"), None, "x"),
+                    _ratio(f.get("ttft_ratio") or None, None),
                     gaps,
                     f"{adaptive['acceptance_rate']:.0%}",
                     f"{adaptive.get('mean_gamma', 0.0):.1f}",
@@ -126,7 +127,8 @@ def save_chart(report: dict[str, Any], path: Path) -> None:
     for p in pairs:
         f = p["suites"]["ALL"]
         categories.append(f"{p['target']} + {drafter_label(p)}")
-        values = (f["adaptive_speedup"], f["best_fixed_speedup"], f["bound"])
+        # a policy not run (--fixed none) is a bar of height 0: no bar
+        values = (f["adaptive_speedup"], f["best_fixed_speedup"] or 0.0, f["bound"] or 0.0)
         for n, v in zip(names, values, strict=True):
             sets[n].append(v)
         top = max(top, *values)
