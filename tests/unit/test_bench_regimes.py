@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,23 +70,25 @@ def test_cell_figures_compare_adaptive_with_the_best_fixed_policy() -> None:
     assert f["bound"] == pytest.approx(9.0)
 
 
+def _report(drafter: str, c: CostModel, suites: dict[str, Any]) -> dict[str, Any]:
+    """A regime report of one F32 pair (t5/t1 1.4) with these suites' figures."""
+    pair = {
+        "target": "F32",
+        "drafter": drafter,
+        "regime": regime_of(c),
+        "costs": {"t_ratio": {"5": 1.4}},
+        "suites": suites,
+    }
+    return {"pairs": [pair]}
+
+
 def test_markdown_table_has_a_row_per_suite() -> None:
     cell = Cell()
     for mode in (TARGET_ONLY, "adaptive", fixed_mode(4)):
         cell.totals[mode].add(_stats(10, 1.0))
     c = costs(0.1, 0.3)
-    report = {
-        "pairs": [
-            {
-                "target": "F32",
-                "drafter": "lookup",
-                "regime": regime_of(c),
-                "costs": {"t_ratio": {"5": 1.4}},
-                "suites": {"ALL": cell_figures(cell, c), "chat": cell_figures(cell, c)},
-            },
-            {"target": "F16", "drafter": "layerskip", "skipped": "no draft"},
-        ]
-    }
+    report = _report("lookup", c, {"ALL": cell_figures(cell, c), "chat": cell_figures(cell, c)})
+    report["pairs"].append({"target": "F16", "drafter": "layerskip", "skipped": "no draft"})
     rows = markdown_table(report).splitlines()
     assert len(rows) == 2 + 2
     assert rows[2].startswith("| F32 (compute-bound, t5/t1 1.40) | lookup | ALL |")
@@ -103,19 +106,8 @@ def test_comparisons_not_run_are_shown_as_missing_not_as_zero() -> None:
     assert f["adaptive_vs_best_fixed"] is None and f["best_fixed_end_to_end"] is None
     assert f["bound"] is None and f["bound_gamma_max"] is None
     assert f["adaptive_speedup"] == pytest.approx(2.5)
-    report = {
-        "pairs": [
-            {
-                "target": "F32",
-                "drafter": "draft",
-                "regime": regime_of(c),
-                "costs": {"t_ratio": {"5": 1.4}},
-                "suites": {"ALL": f},
-            }
-        ]
-    }
-    row = markdown_table(report).splitlines()[2].split(" | ")
-    header = markdown_table(report).splitlines()[0].split(" | ")
+    table = markdown_table(_report("draft", c, {"ALL": f})).splitlines()
+    header, row = table[0].split(" | "), table[2].split(" | ")
     cells = dict(zip(header, row, strict=True))
     for column in ("best fixed", "adapt/best (95 %)", "bound", "adapt/bound", "best fixed e2e"):
         assert cells[column] == "-", column
