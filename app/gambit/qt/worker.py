@@ -373,8 +373,12 @@ class EngineWorker(QObject):
             # goes and the window offers to load it here; nothing was saved.
             message = _measurement_lost(exc, engine)
             self._close_engine()
-            self.measure_finished.emit(MeasureOutcome(error=message, worker_lost=True))
+            # The window hears of the loss first: when the dialog shows the
+            # outcome, the window no longer shows the model as loaded (queued
+            # signals arrive in the order they were sent; the other way round
+            # a check between the two saw the dialog done and the model there).
             self.engine_lost.emit(message, None)
+            self.measure_finished.emit(MeasureOutcome(error=message, worker_lost=True))
         except GambitError as exc:
             self.measure_finished.emit(MeasureOutcome(error=str(exc)))
         except Exception as exc:
