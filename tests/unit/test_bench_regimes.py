@@ -105,11 +105,13 @@ def test_comparisons_not_run_are_shown_as_missing_not_as_zero() -> None:
     assert f["best_fixed"] is None and f["best_fixed_speedup"] is None
     assert f["adaptive_vs_best_fixed"] is None and f["best_fixed_end_to_end"] is None
     assert f["bound"] is None and f["bound_gamma_max"] is None
+    assert f["adaptive_vs_held_out_fixed"] is None and f["ttft_ratio"] is None
     assert f["adaptive_speedup"] == pytest.approx(2.5)
     table = markdown_table(_report("draft", c, {"ALL": f})).splitlines()
     header, row = table[0].split(" | "), table[2].split(" | ")
     cells = dict(zip(header, row, strict=True))
-    for column in ("best fixed", "adapt/best (95 %)", "bound", "adapt/bound", "best fixed e2e"):
+    missing = ("best fixed", "adapt/best (95 %)", "adapt/held-out best", "bound", "adapt/bound")
+    for column in (*missing, "best fixed e2e", "TTFT adapt/plain"):
         assert cells[column] == "-", column
     assert cells["adaptive"] == "2.50x" and "0.00" not in row
 

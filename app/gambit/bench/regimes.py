@@ -173,8 +173,9 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
     fixed = {m: f for m, f in modes.items() if m.startswith("fixed=")}
     best_fixed = max(fixed, key=lambda m: fixed[m]["speedup"]) if fixed else None
     adaptive = modes.get("adaptive", {})
-    # None where nothing was run to compare with (``--fixed none``; no fixed
-    # chain for the bound): the report shows "-", never a 0.00x or 1.00x.
+    # None wherever nothing was run to compare with (``--fixed none``; no fixed
+    # chain for the bound; no first token timed): the report shows "-", never
+    # a 0.00x or 1.00x.
     best = fixed[best_fixed]["speedup"] if best_fixed else None
     # End to end, a draft model's prompt reading counts: the adaptive policy
     # may skip it (and drafting) where it would not pay, a fixed one never does.
@@ -216,12 +217,13 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
         # prompt by prompt: the geometric mean and its 95 % interval (gambit.bench.paired)
         "adaptive_vs_best_fixed_interval": list(paired[1:]) if paired else None,
         # against the best fixed policy chosen on the other half of the prompts
-        "adaptive_vs_held_out_fixed": held_out_ratio(rates, "adaptive", list(fixed)),
+        # (0.0 from held_out_ratio: too few prompts or no fixed policy)
+        "adaptive_vs_held_out_fixed": held_out_ratio(rates, "adaptive", list(fixed)) or None,
         # a fixed chain that never drafted: nothing to gain, plain decoding
         "bound": (cost_bound(alpha, costs, gamma_bound) if alpha else 1.0) if probe else None,
         "bound_gamma_max": gamma_bound if probe else None,
         "alpha": list(alpha),
-        "ttft_ratio": adaptive.get("ttft_ms", 0.0) / base_ttft if base_ttft else 0.0,
+        "ttft_ratio": adaptive.get("ttft_ms", 0.0) / base_ttft if base_ttft else None,
         "round_efficiency": efficiency,
         "round_ms": round_ms,
         "costs_at_context": cost_summary(costs),
