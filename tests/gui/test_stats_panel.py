@@ -206,6 +206,25 @@ def test_unknown_baseline_shows_no_speedup(qtbot: QtBot, panel: StatsPanel) -> N
     assert line(panel, "tokensPerSecondChart", "tokens/s").count() == 1
 
 
+def test_threads_in_use_and_a_withheld_speedup_are_said_in_words(
+    qtbot: QtBot, panel: StatsPanel
+) -> None:
+    why = "the load changed during this reply (threads 2 → 1): plain decoding was not timed"
+    in_use = "1 of 2 threads (automatic: other programs use 1.0 of 2 cores)"
+    show(qtbot, panel, snap(
+        threads=in_use, speedup=None, baseline_tokens_per_s=0.0, speedup_withheld=why
+    ))  # fmt: skip
+    threads, note = (panel.findChild(QLabel, n) for n in ("threadsValue", "busyValue"))
+    assert threads is not None and note is not None
+    assert threads.isVisible() and note.isVisible()
+    assert threads.text() == f"Threads: {in_use}"
+    assert note.text() == f"No speedup shown: {why}."
+    assert text(panel, "speedupValue") == PLACEHOLDER
+    assert line(panel, "tokensPerSecondChart", "baseline").count() == 0
+    show(qtbot, panel, snap(threads="2 threads (as set)"))
+    assert not note.isVisible() and threads.text() == "Threads: 2 threads (as set)"
+
+
 @pytest.mark.parametrize(
     ("speedup", "tone"),
     [(1.42, "good"), (1.05, "good"), (1.049, "warn"), (0.97, "warn"), (0.969, "bad"), (0.5, "bad")],

@@ -43,7 +43,7 @@ from gambit.engine.gamma.metrics import GenerationStats, speedup
 from gambit.engine.machine.backend import detect_backend
 from gambit.engine.machine.busy import LoadMeter, LoadReading
 from gambit.engine.machine.kernels import cpu_id
-from gambit.engine.machine.runtime import default_threads
+from gambit.engine.machine.threads import default_threads
 from gambit.engine.session import Engine, Replay
 from gambit.engine.text.chat import Message
 from gambit.engine.text.reply import GenerationConfig, StopReason

@@ -394,7 +394,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         tracker.stats.decode_s = engine.decode_seconds - d0
         baseline = engine.finish_reply(tracker.stats)  # plain decoding on this reply's context
         busy = reading.describe() if reading.busy else None
-        snap = tracker.snapshot(baseline, busy=busy)
+        snap = engine.snapshot(tracker, baseline, busy=busy)
         print(_stats_line(engine, snap, stop.value if stop else "?"), file=sys.stderr)
     return signals.exit_code if cancel.is_set() else 0
 
@@ -416,7 +416,9 @@ def summary_line(
     the speedup is the measured one; the controller's is labelled an expectation."""
     parts = [f"[{drafter or 'target only'}]", f"{s.n_tokens} tokens", format_rate(s.tokens_per_s)]
     if drafter:
-        if s.speedup is None:
+        if s.speedup_withheld is not None:
+            parts.append(f"speedup {NO_FIGURE} ({s.speedup_withheld})")
+        elif s.speedup is None:
             parts.append(f"speedup {NO_FIGURE} (nothing drafted)")
         else:
             parts.append(
@@ -432,6 +434,8 @@ def summary_line(
         ]
         if detail:
             parts.insert(1, detail)
+    if s.threads:
+        parts.append(f"threads: {s.threads}")
     if s.busy:
         parts.append(f"timed while the machine was busy ({s.busy})")
     parts.append(f"stop: {stop}")

@@ -15,7 +15,8 @@ from typing import Any
 from gambit.cli.setting_flags import add_setting_flag
 from gambit.cli.stop_signals import StopSignals
 from gambit.engine.machine.limits import positive_int_arg
-from gambit.engine.machine.runtime import RuntimeOptions, default_threads
+from gambit.engine.machine.runtime import RuntimeOptions
+from gambit.engine.machine.threads import default_threads
 from gambit.formats.gguf_info import ModelInfo, inspect_model
 from gambit.formats.layerskip_file import LayerSkipCancelledError
 from gambit.fsutil import Progress

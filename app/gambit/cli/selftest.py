@@ -36,7 +36,8 @@ from gambit.engine.gamma.metrics import GenerationStats
 from gambit.engine.machine import rpc
 from gambit.engine.machine.backend import detect_backend
 from gambit.engine.machine.kernels import KernelChoice, KernelProbe
-from gambit.engine.machine.runtime import RuntimeOptions, default_threads
+from gambit.engine.machine.runtime import RuntimeOptions
+from gambit.engine.machine.threads import default_threads
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.text.chat import Message
 from gambit.engine.text.reply import GenerationConfig

@@ -21,7 +21,7 @@ from gambit.cli.setting_flags import add_setting_flag
 from gambit.cli.stop_signals import StopSignals
 from gambit.engine.machine import rpc
 from gambit.engine.machine.devices import LocalDevice, served_devices
-from gambit.engine.machine.runtime import default_threads
+from gambit.engine.machine.threads import default_threads
 from gambit.errors import GambitError
 from gambit.storage import paths
 

@@ -28,6 +28,7 @@ import numpy as np
 from gambit.engine.drafters.base import EMPTY_DRAFT, ChoosingDrafter, Draft, Drafter, TreeDrafter
 from gambit.engine.gamma.policy import DEFAULT_GAMMA, FixedGamma, GammaPolicy
 from gambit.engine.machine.runtime import FloatRows
+from gambit.engine.machine.threads import ThreadCount
 from gambit.engine.machine.tokens import common_prefix_length
 from gambit.engine.text.reply import GenerationConfig, Round, StopReason
 from gambit.engine.text.text_stream import TextStream
@@ -163,10 +164,14 @@ class SpeculativeDecoder:
         target: Target,
         drafter: Drafter | None = None,
         policy: GammaPolicy | None = None,
+        threads: ThreadCount | None = None,
     ) -> None:
+        """``threads``: the CPU threads of the target and the draft model,
+        set between rounds as the load calls for (None: as loaded)."""
         self.target = target
         self.drafter = drafter
         self.policy: GammaPolicy = policy or FixedGamma(DEFAULT_GAMMA if drafter else 0)
+        self.threads = threads
         self.context: list[int] = []
         # Read between rounds: flip speculation off/on mid-reply.
         self.speculation_enabled = True
@@ -205,6 +210,7 @@ class SpeculativeDecoder:
         if continues > 0:
             reply.stream.skip(b"".join(map(self.target.token_piece, prompt[-continues:])))
         try:
+            self._follow_load(reply_start=True)
             self._prefill(prompt, cancel)
             self.policy.start_reply(len(prompt))
             reply.t_prompt_s = time.perf_counter() - t_start
@@ -217,6 +223,7 @@ class SpeculativeDecoder:
                 if cancel is not None and cancel.is_set():
                     yield self._final(reply, StopReason.CANCELLED)
                     return
+                self._follow_load()
                 rnd = self._round(reply, config, cancel, trees)
                 if rnd is None:
                     yield self._final(reply, StopReason.CONTEXT_FULL)
@@ -275,7 +282,15 @@ class SpeculativeDecoder:
             n_catch_up=len(pending) - 1,
             t_prompt_s=t_prompt_s,
             drafted_by=reply.source if verdict.n_drafted else "",
+            threads=self.threads.current if self.threads is not None else 0,
         )
+
+    def _follow_load(self, *, reply_start: bool = False) -> None:
+        """Decode on the threads the load leaves free (or as pinned); the policy
+        prices rounds at the count in use (a no-op where it already does)."""
+        if self.threads is not None:
+            self.threads.follow(reply_start=reply_start)
+            self.policy.at_threads(self.threads.current)
 
     # -- the steps of a generation
     def _prefill(self, prompt: list[int], cancel: threading.Event | None) -> None:

@@ -161,7 +161,7 @@ class CostModel:
         self._seen[k] = True
 
     def observe_plain_step(self, seconds: float) -> None:
-        """A plain step re-timed on a reply's context (``Engine.remeasure_baseline``,
+        """A plain step re-timed on a reply's context (``Engine.finish_reply``,
         the median of a few) took ``seconds``: t1 moves RETIME_WEIGHT of the way.
 
         Every ratio is measured against the t1 of its time, so a t1 set outright

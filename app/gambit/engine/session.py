@@ -9,13 +9,10 @@ import dataclasses
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
-
-import numpy as np
 
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.draft_candidates import DraftCandidates
@@ -32,12 +29,19 @@ from gambit.engine.drafters.registry import (
 )
 from gambit.engine.drafters.text_draft import TextDraftDrafter
 from gambit.engine.estimates import CostModel
+from gambit.engine.gamma.baseline import Baselines, time_plain_step
 from gambit.engine.gamma.calibration import CALIBRATION_FILLER, CostStore, calibrate
 
 # Public through this module: the policies Engine.new_controller makes, which
 # callers hold (one per mode in the bench) and hand back to use_controller.
 from gambit.engine.gamma.controller import GammaController as GammaController
-from gambit.engine.gamma.metrics import GenerationStats, plain_tokens_per_s, reply_baseline
+from gambit.engine.gamma.metrics import (
+    GenerationStats,
+    MetricsSnapshot,
+    MetricsTracker,
+    plain_tokens_per_s,
+    reply_baseline,
+)
 from gambit.engine.gamma.policy import (
     DEFAULT_GAMMA,
     DEFAULT_GAMMA_MAX,
@@ -50,7 +54,7 @@ from gambit.engine.machine.model_loading import Progress, choose_kernels, load_d
 from gambit.engine.machine.placement import TargetPlacement
 from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.machine.target_host import HostedRuntime, open_target
-from gambit.engine.machine.tokens import common_prefix_length
+from gambit.engine.machine.threads import ThreadCount
 from gambit.engine.text.chat import ChatPrompt, ChatPromptBuilder, Message
 from gambit.engine.text.continuation import KeptTokens, resume_tokens
 from gambit.engine.text.reply import GenerationConfig, Round, StopReason
@@ -71,13 +75,6 @@ def most_draft_tokens(*, gamma_max: int, tree_nodes: int, tree: bool) -> int:
     """Most draft tokens in one round: γ_max for chains, the node budget (chain
     and side nodes together) for trees. Verifying them is a batch of one more."""
     return tree_nodes if tree else gamma_max
-
-
-# Plain steps timed to re-measure the baseline after a reply (their median), and
-# the step time from which one is enough.
-BASELINE_STEPS = 3
-BASELINE_SLOW_STEP_S = 0.05
-BASELINE_CATCH_UP_MAX = 64  # tokens decoded first, at most
 
 
 @dataclass(frozen=True)
@@ -171,12 +168,21 @@ class Engine:
         except BaseException:  # (a Cancel raised by ``progress`` too): no model left open
             self.close()
             raise
+        # The CPU threads of both models: as set, or following the load (0).
+        runtimes = [rt for rt in (self.target, self.draft_runtime) if rt is not None]
+        self.threads = ThreadCount(
+            config.target_options.n_threads,
+            runtimes,
+            mid_reply=self.target.kernels.kv_type == "q8_0",
+        )
         self.controller = self.new_controller(config.policy)
-        self.decoder = SpeculativeDecoder(self.target, drafter, self.controller)
+        self.decoder = SpeculativeDecoder(self.target, drafter, self.controller, self.threads)
         self._chat: ChatPromptBuilder | None = None
-        # Plain decoding's rate as the last reply measured it (finish_reply);
-        # until then the load's (none without a drafter: replies are plain).
-        self._baseline = self.controller.baseline_tokens_per_s if self.costs.t1 > 0 else 0.0
+        # Plain decoding's rate as the last reply on each thread count measured
+        # it (finish_reply); until then the load's at its count (none without
+        # a drafter: replies are plain).
+        self.baselines = Baselines()
+        self.baselines.keep(self.threads.current, self.controller.baseline_tokens_per_s)
         self._ready = True
 
     def _load_draft(self, probe: KernelProbe, progress: Progress | None) -> ModelRuntime:
@@ -236,7 +242,7 @@ class Engine:
         k_max = self.node_max + 1
         if self.drafter is None:
             return CostModel(k_max)
-        key = CostStore.key(self.target, self.draft_runtime, k_max)
+        key = self._costs_key()
         kept = self._cost_store.load(key, k_max)
         if kept is not None:
             return kept
@@ -286,11 +292,19 @@ class Engine:
         return loaded is not None and os.path.realpath(loaded) == os.path.realpath(path)
 
     def keep_costs(self) -> None:
-        """Keep what the controller has measured for the next load of this pair."""
+        """Keep what the controller has measured for the next load of this pair,
+        at each thread count it ran on."""
         if self.drafter is not None:
-            k_max = self.node_max + 1
-            key = CostStore.key(self.target, self.draft_runtime, k_max)
-            self._cost_store.save(key, self.controller.costs)
+            for threads, costs in self.controller.costs_by_threads().items():
+                self._cost_store.save(self._costs_key(threads), costs)
+
+    def _costs_key(self, threads: int | None = None) -> str:
+        """Where the pair's costs at ``threads`` (default: the count now) are kept."""
+        return CostStore.key(self.target, self.draft_runtime, self.node_max + 1, threads)
+
+    def _stored_costs(self, threads: int) -> CostModel | None:
+        """The costs a session before kept for this pair at ``threads``, if any."""
+        return self._cost_store.load(self._costs_key(threads), self.node_max + 1)
 
     def new_controller(
         self,
@@ -342,6 +356,8 @@ class Engine:
             node_max=node_max,
             free_hint=choosing.is_free if choosing is not None else None,
             read_hint=choosing.is_read if choosing is not None else None,
+            threads=self.target.n_threads,
+            stored_costs=self._stored_costs,
         )
 
     @property
@@ -354,57 +370,22 @@ class Engine:
         """The baseline of the reply just streamed (``stats``), as
         ``gambit.engine.gamma.metrics`` defines it: its own rate if it drafted
         nothing, else plain decoding on its context, from a plain step
-        re-timed now (``remeasure_baseline``; the last baseline with
+        re-timed now (``time_plain_step``; the last baseline with
         ``remeasure`` False, when nobody waits for the figure, or when the
         cache went elsewhere and there is nothing to re-time on). It becomes
-        ``baseline_tokens_per_s`` until the next reply ends, so that a reply's
-        baseline never moves while it streams."""
-        measured = self._baseline
-        step_rate = self.remeasure_baseline() if stats.n_drafted and remeasure else 0.0
-        if step_rate > 0:
-            measured = plain_tokens_per_s(1.0 / step_rate, stats)
+        ``baseline_tokens_per_s`` on the threads in use until the next reply
+        ends, so that a reply's baseline never moves while it streams. The
+        controller's t_target(1) moves towards the step
+        (``CostModel.observe_plain_step``), and its other costs with it."""
+        measured = self.baseline_tokens_per_s
+        timed = stats.n_drafted and remeasure
+        step = time_plain_step(self.target, self.decoder.context) if timed else 0.0
+        if step > 0:
+            self.controller.costs.observe_plain_step(step)
+            measured = plain_tokens_per_s(step, stats)
         baseline = reply_baseline(stats, measured)
-        if baseline > 0:
-            self._baseline = baseline
+        self.baselines.keep(self.threads.current, baseline, stats)
         return baseline
-
-    def remeasure_baseline(self) -> float:
-        """Measure plain decoding on the last reply's own context; returns it
-        in tokens/s (the reply's baseline), 0.0 when there was nothing to
-        measure on. The controller's t_target(1) moves towards it
-        (``CostModel.observe_plain_step``).
-
-        One plain step is timed as a plain round takes it: decode the reply's
-        last token on the full context, read its logits row and pick the top
-        token; the median of a few (one when a step is slow, so that a large
-        model adds one step after a reply, not several). Costs are relative to
-        t_target(1) (``CostModel``), so the controller's other estimates move
-        with it. The KV cache ends as the decoder leaves it: every committed
-        token but the last.
-        """
-        target = self.target
-        context = self.decoder.context
-        if not context or len(context) >= target.n_ctx:
-            return 0.0
-        # The cache may hold drafts past the reply's end (cut at a stop or at
-        # max tokens), or lack a tree round's catch-up: bring it to the context.
-        keep = min(common_prefix_length(target.kv_tokens, context), len(context) - 1)
-        if len(context) - 1 - keep > BASELINE_CATCH_UP_MAX:
-            return 0.0  # the cache went elsewhere: not worth a prompt's processing
-        target.truncate(keep)
-        target.decode(context[keep:-1])  # (untimed)
-        times: list[float] = []
-        while len(times) < BASELINE_STEPS:
-            t0 = time.perf_counter()
-            target.decode(context[-1:])
-            int(np.argmax(target.logits(-1)))
-            times.append(time.perf_counter() - t0)
-            target.truncate(len(context) - 1)
-            if times[0] > BASELINE_SLOW_STEP_S:
-                break
-        step = float(np.median(times))
-        self.controller.costs.observe_plain_step(step)
-        return 1.0 / step
 
     def replay(
         self,
@@ -423,7 +404,7 @@ class Engine:
         ``gamma`` None: the adaptive policy, else fixed γ; ``tree``: token trees
         within the configured node budget."""
         if drafter is None:
-            return SpeculativeDecoder(self.target, None, FixedGamma(0))
+            return SpeculativeDecoder(self.target, None, FixedGamma(0), self.threads)
         kind = spec(drafter)
         chosen: Drafter | None
         if draft is not None and not self._is_loaded_draft(draft):
@@ -449,7 +430,7 @@ class Engine:
                 gamma_max=cfg.gamma_max, tree_nodes=cfg.tree_nodes, tree=tree
             ),
         )
-        return SpeculativeDecoder(self.target, chosen, policy)
+        return SpeculativeDecoder(self.target, chosen, policy, self.threads)
 
     def use_controller(self, controller: GammaController) -> None:
         self.controller = controller
@@ -495,10 +476,35 @@ class Engine:
 
     @property
     def baseline_tokens_per_s(self) -> float:
-        """Plain decoding's rate as the last reply measured it (``finish_reply``),
-        or the load's before any: what a reply that drafts is compared with
+        """Plain decoding's rate on the threads in use now, as the last reply
+        on them measured it (``finish_reply``), or the load's before any (0.0:
+        never measured on them): what a reply that drafts is compared with
         while it streams. It changes only when a reply ends."""
-        return self._baseline
+        return self.baselines.at(self.threads.current)
+
+    def snapshot(
+        self,
+        tracker: MetricsTracker,
+        baseline: float | None = None,
+        *,
+        busy: str | None = None,
+        gamma: int = 0,
+        reason: str = "",
+        side_nodes: int = 0,
+    ) -> MetricsSnapshot:
+        """A reply's figures (``MetricsTracker.snapshot``) against plain decoding
+        on the threads in use now: ``baseline`` as the reply's end measured it,
+        or while it streams the engine's (``baseline_tokens_per_s``)."""
+        return tracker.snapshot(
+            self.baseline_tokens_per_s if baseline is None else baseline,
+            gamma,
+            reason,
+            tree=self.tree,
+            side_nodes=side_nodes,
+            busy=busy,
+            baseline_threads=self.threads.current,
+            threads=self.threads.choice.describe(),
+        )
 
     @property
     def speculating(self) -> bool:

@@ -29,7 +29,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from gambit.engine.acceptance import greedy_acceptance
 from gambit.engine.drafters.draft_model import check_compatible
 from gambit.engine.machine.llama_lib import ensure_backend
-from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions, default_threads
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.threads import default_threads
 from gambit.errors import GambitError, OperationCancelledError
 from gambit.formats.gguf_file import GGUFHeader, check_model_file
 from gambit.fsutil import Progress, check_disk_space

@@ -66,9 +66,9 @@ def snapshot(
     else:
         reason = decision.reason
     side = decision.side if gamma else 0
-    if baseline is None:
-        baseline = engine.baseline_tokens_per_s
-    return tracker.snapshot(baseline, gamma, reason, tree=engine.tree, side_nodes=side, busy=busy)
+    return engine.snapshot(
+        tracker, baseline, busy=busy, gamma=gamma, reason=reason, side_nodes=side
+    )
 
 
 class ReplyStream:

@@ -161,7 +161,7 @@ def _generate(engine: Engine, job: Job) -> Outcome:
     # The reply compared with plain decoding on its context (not re-timed for
     # a client that went away).
     baseline = engine.finish_reply(stats, remeasure=not job.cancel.is_set())
-    snapshot = tracker.snapshot(baseline)
+    snapshot = engine.snapshot(tracker, baseline)
     if job.on_snapshot is not None:
         job.on_snapshot(snapshot)
     figures = ServedFigures(

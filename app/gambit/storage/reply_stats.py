@@ -51,6 +51,8 @@ def reply_footer(stats: Mapping[str, Any] | None) -> str:
         parts.append(format_accepted(accepted, drafted, _by_drafter(stats)))
     if stats.get("speedup") is not None and stats.get("drafted_tokens"):
         parts.append(f"{format_speedup(float(stats['speedup']))} vs plain")
+    if stats.get("speedup_withheld") and stats.get("drafted_tokens"):
+        parts.append("no speedup: the load changed")
     if stats.get("busy") and stats.get("tokens"):
         parts.append("timed while the machine was busy")
     stop = stats.get("stop")
@@ -97,6 +99,8 @@ STATS_KEYS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "accepted_by_drafter": ("an object", lambda v: isinstance(v, dict)),
     "speculation": ("true or false", lambda v: isinstance(v, bool)),
     "busy": ("text or null", _or_null(lambda v: isinstance(v, str))),
+    "speedup_withheld": ("text or null", _or_null(lambda v: isinstance(v, str))),
+    "threads": ("text", lambda v: isinstance(v, str)),
     "drafted": ("a list of whole numbers of 0 or more", _counts),
     "tokens_per_s": ("a number or null", _or_null(_number)),
     "baseline_tokens_per_s": ("a number or null", _or_null(_number)),

@@ -29,12 +29,7 @@ from gambit.engine.gamma.policy import DEFAULT_GAMMA, DEFAULT_GAMMA_MAX
 from gambit.engine.machine import rpc
 from gambit.engine.machine.limits import THREADS_MAX, threads_problem, workers_problem
 from gambit.engine.machine.runtime import RuntimeOptions
-from gambit.engine.session import (
-    DEFAULT_TREE_NODES,
-    TREE_NODES_MAX,
-    TREE_NODES_MIN,  # draft tokens per tree round (the verification batch is one more)
-    EngineConfig,
-)
+from gambit.engine.session import DEFAULT_TREE_NODES, TREE_NODES_MAX, TREE_NODES_MIN, EngineConfig
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError
@@ -227,14 +222,15 @@ class Settings:
         " Leave empty to use the model's own default.",
     )
     # Runtime
-    threads: int = declare(  # 0: automatic (the physical cores)
+    threads: int = declare(  # 0: automatic (gambit.engine.machine.threads)
         _RUNTIME.n_threads,
         "Threads",
+        help="Automatic: the cores other programs leave free, as their load changes.",
         reloads=True,
         problem=threads_problem,
         spin=(0, THREADS_MAX),
         flag="--threads",
-        flag_help=f"CPU threads, 1 to {THREADS_MAX}; 0: the physical cores",
+        flag_help=f"CPU threads, 1 to {THREADS_MAX}; 0: automatic, the cores left free",
     )
     gpu_layers_target: int = declare(  # -1: all layers
         _RUNTIME.n_gpu_layers,

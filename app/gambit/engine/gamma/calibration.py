@@ -114,7 +114,10 @@ class CostStore:
         self.path = cache_dir / self.FILE if cache_dir is not None else None
 
     @staticmethod
-    def key(target: ModelRuntime, draft: ModelRuntime | None, k_max: int) -> str:
+    def key(
+        target: ModelRuntime, draft: ModelRuntime | None, k_max: int, threads: int | None = None
+    ) -> str:
+        """The pair's entry, at ``threads`` CPU threads (default: the runtimes' now)."""
         parts = [build_id(), cpu_id(), str(k_max)]
         for rt in (target, draft):
             if rt is None:
@@ -123,7 +126,8 @@ class CostStore:
             st = rt.path.stat()
             o = rt.options
             parts += [
-                str(rt.path.resolve()), str(st.st_size), str(st.st_mtime_ns), str(rt.n_threads),
+                str(rt.path.resolve()), str(st.st_size), str(st.st_mtime_ns),
+                str(threads or rt.n_threads),
                 str(o.n_gpu_layers), rt.kernels.key,
             ]  # fmt: skip
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()

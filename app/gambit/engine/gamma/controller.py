@@ -126,13 +126,17 @@ class GammaController:
         node_max: int | None = None,
         free_hint: Callable[[int], bool] | None = None,
         read_hint: Callable[[int], bool] | None = None,
+        threads: int = 1,
+        stored_costs: Callable[[int], CostModel | None] | None = None,
     ) -> None:
         """``side_max``: most tree side nodes per round (0: chains only);
         ``node_max``: most draft tokens per round, chain and side nodes
         together (default γ_max + side_max); ``free_hint``: which hints
         draft at no cost (``ChoosingDrafter.is_free``; None: none do);
         ``read_hint``: which hints' drafts the draft model reads in one
-        batch (``ChoosingDrafter.is_read``; None: none do)."""
+        batch (``ChoosingDrafter.is_read``; None: none do); ``threads``: the
+        CPU threads ``costs`` were measured at; ``stored_costs``: the costs a
+        session before kept for another count, if any (``at_threads``)."""
         if gamma_max < 1:
             raise ValueError("gamma_max must be 1 or more")
         side_max = max(0, side_max)
@@ -145,6 +149,8 @@ class GammaController:
         self.fixed_side = max(0, min(fixed_side, side_max))
         self.learning = RoundLearning(costs, gamma_max, prior_alpha)
         self.pricing = RoundPricing(self.learning, gamma_max, side_max, node_max)
+        self.threads = threads
+        self._stored_costs = stored_costs
         self._free_hint = free_hint
         self._read_hint = read_hint
         # Per drafter hint (Drafter.hint): whether speculation is on for its rounds.
@@ -306,6 +312,20 @@ class GammaController:
             )
             return Decision(0, 1.0, decided.best_speedup, reason)
         return decided  # off (γ 0), as decided
+
+    def at_threads(self, n: int) -> None:
+        """Rounds run on ``n`` threads from now on: priced with the costs of
+        that count (``RoundLearning.at_threads``), and decided again."""
+        if n == self.threads or n < 1:
+            return
+        stored = self._stored_costs(n) if self._stored_costs is not None else None
+        self.learning.at_threads(n, self.threads, stored)
+        self.threads = n
+        self.decision = self._decide()
+
+    def costs_by_threads(self) -> dict[int, CostModel]:
+        """The costs measured at each thread count this session."""
+        return self.learning.costs_by_threads(self.threads)
 
     def observe(self, rnd: Round) -> None:
         """Learn from the round just played, then switch on or off as it says."""

@@ -46,7 +46,25 @@ class RoundLearning:
         self.reply_length = 0.0  # running mean of replies' lengths (0: none ended yet)
         self.behind = 0  # committed tokens the draft model has not read yet
         self._acceptance: dict[int, AcceptanceModel] = {}  # per drafter hint
+        self._costs_at: dict[int, CostModel] = {}  # per thread count, but the current one
         self._reply_tokens = 0  # in the current reply
+
+    def at_threads(self, n: int, was: int, stored: CostModel | None = None) -> None:
+        """Price rounds at ``n`` CPU threads from now on, ``was`` until now: the
+        costs measured at ``n`` earlier in this session, else ``stored`` (kept
+        by a session before), else those at ``was`` with t1 scaled by was/n
+        (a decode's work splits over its threads; the ratios, a draft step's
+        included, carry over, and the rounds at ``n`` correct them)."""
+        self._costs_at[was] = self.costs
+        costs = self._costs_at.get(n) or stored
+        if costs is None:
+            costs = self.costs.copy()
+            costs.t1 *= was / n
+        self.costs = costs
+
+    def costs_by_threads(self, current: int) -> dict[int, CostModel]:
+        """The costs measured at each thread count (``current``: those in use now)."""
+        return {**self._costs_at, current: self.costs}
 
     def acceptance(self, hint: int) -> AcceptanceModel:
         """What rounds with ``hint`` showed (the prior, for a hint not seen yet)."""

@@ -27,7 +27,11 @@ numbers (and their formatting) from here.
   that drafted at least one token. A reply without drafting (speculation off,
   no drafter, or a controller that never drafted) placed no bet: it has no
   speedup (``None``, shown as "—"), never a ratio of two plain rates, which
-  would only measure noise. ``gambit-cli bench`` divides by a stronger
+  would only measure noise. Nor against a baseline timed under other
+  conditions: the thread count follows the load
+  (``gambit.engine.machine.threads``), so a reply whose rounds ran on another
+  count than its baseline's, or on several, claims nothing and says why
+  (``withheld_because``). ``gambit-cli bench`` divides by a stronger
   baseline: the target-only runs of the same prompts in the same run; a mode
   that drafted nothing did the target-only work, so its speedup is 1.0 by
   definition.
@@ -65,6 +69,7 @@ import numpy as np
 
 from gambit.engine.drafters.registry import DRAFTERS
 from gambit.engine.text.reply import Round
+from gambit.words import counted
 
 # A drafter's name (Drafter.name, its short name) -> its tag: "lookup", "draft".
 _SOURCE_TAGS = {spec.short: spec.tag for spec in DRAFTERS.values()}
@@ -91,6 +96,8 @@ class GenerationStats:
     accepted_by_position: list[int] = field(default_factory=list)
     # Accepted draft tokens by what drafted them (Round.drafted_by).
     accepted_by_drafter: dict[str, int] = field(default_factory=dict)
+    # The CPU thread counts its rounds decoded on, in order (they follow the load).
+    thread_counts: list[int] = field(default_factory=list)
     _last_emit: float | None = None
 
     def add(self, rnd: Round) -> None:
@@ -104,6 +111,8 @@ class GenerationStats:
         self.n_side += rnd.n_side
         self.side_gain += rnd.side_gain if rnd.n_side else 0
         self.elapsed_s = rnd.elapsed_s
+        if rnd.threads and rnd.threads not in self.thread_counts:
+            self.thread_counts.append(rnd.threads)
         if rnd.drafted_by:
             by = self.accepted_by_drafter
             by[rnd.drafted_by] = by.get(rnd.drafted_by, 0) + rnd.n_accepted
@@ -134,6 +143,7 @@ class GenerationStats:
         ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.gaps_s.extend(other.gaps_s)
+        self.thread_counts += [n for n in other.thread_counts if n not in self.thread_counts]
         for name, n in other.accepted_by_drafter.items():
             self.accepted_by_drafter[name] = self.accepted_by_drafter.get(name, 0) + n
         for mine, theirs in (
@@ -205,6 +215,30 @@ def reply_baseline(stats: GenerationStats, plain_tokens_per_s: float) -> float:
     if not stats.n_tokens:
         return 0.0
     return plain_tokens_per_s if stats.n_drafted else stats.tokens_per_s
+
+
+def withheld_because(stats: GenerationStats, baseline_threads: int, baseline: float) -> str | None:
+    """Why a reply that drafted may not claim a speedup although both rates
+    exist: its baseline was not timed under its conditions (module
+    docstring). The thread count follows the load, so a reply on other
+    threads than its baseline, or on several, ran under another load."""
+    counts = stats.thread_counts
+    if not stats.n_drafted or not counts or not baseline_threads:
+        return None
+    if len(counts) > 1:
+        steps = " → ".join(map(str, counts))
+        return (
+            f"the load changed during this reply (threads {steps}): plain decoding "
+            "was not timed under the same conditions"
+        )
+    if counts[0] != baseline_threads:
+        return (
+            f"plain decoding was timed on {counted(baseline_threads, 'thread')}, this "
+            f"reply ran on {counts[0]} as the load changed: the figure comes at its end"
+        )
+    if baseline <= 0:
+        return f"plain decoding not timed on {counted(counts[0], 'thread')} yet: at the reply's end"
+    return None
 
 
 def speedup(tokens_per_s: float, baseline_tokens_per_s: float, n_drafted: int) -> float | None:
@@ -289,6 +323,11 @@ class MetricsSnapshot:
     busy: str | None = None
     # Accepted draft tokens by what drafted them, where a drafter has sources.
     accepted_by_drafter: tuple[tuple[str, int], ...] = ()
+    # Why a reply that drafted claims no speedup although it has a rate
+    # (``withheld_because``); None where it claims one, or drafted nothing.
+    speedup_withheld: str | None = None
+    # The CPU threads in use and why (``ThreadChoice.describe``); "" where not known.
+    threads: str = ""
 
     @property
     def tokens_per_round(self) -> float:
@@ -324,12 +363,18 @@ class MetricsTracker:
         tree: bool = False,
         side_nodes: int = 0,
         busy: str | None = None,
+        baseline_threads: int = 0,
+        threads: str = "",
     ) -> MetricsSnapshot:
         """``baseline_tokens_per_s``: plain decoding's rate as measured, for a
-        reply that drafted (``reply_baseline``); ``gamma``/``gamma_reason``/
-        ``side_nodes``: the controller's current decision; ``busy``: how busy
-        other programs kept the machine, if they did."""
+        reply that drafted (``reply_baseline``), on ``baseline_threads`` CPU
+        threads (0: not known); ``gamma``/``gamma_reason``/``side_nodes``: the
+        controller's current decision; ``busy``: how busy other programs kept
+        the machine, if they did; ``threads``: the threads in use, and why."""
         s = self.stats
+        withheld = withheld_because(s, baseline_threads, baseline_tokens_per_s)
+        if withheld is not None:  # (no baseline under other conditions, in the chart either)
+            baseline_tokens_per_s = 0.0
         baseline_tokens_per_s = reply_baseline(s, baseline_tokens_per_s)
         w = list(self._window)
         rolling_tps = s.tokens_per_s
@@ -368,4 +413,6 @@ class MetricsTracker:
             side_gain=s.side_gain,
             busy=busy,
             accepted_by_drafter=tuple(s.accepted_by_drafter.items()),
+            speedup_withheld=withheld,
+            threads=threads,
         )

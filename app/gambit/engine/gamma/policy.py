@@ -81,6 +81,10 @@ class GammaPolicy(Protocol):
         """Learn from the round just played (``decide_gamma``'s, or a plain one)."""
         ...
 
+    def at_threads(self, n: int) -> None:
+        """Rounds run on ``n`` CPU threads from now on (the load changed): price them so."""
+        ...
+
 
 @dataclass
 class FixedGamma:
@@ -106,4 +110,7 @@ class FixedGamma:
         return self.side
 
     def observe(self, rnd: Round) -> None:
+        pass
+
+    def at_threads(self, n: int) -> None:
         pass

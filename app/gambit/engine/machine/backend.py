@@ -8,7 +8,7 @@ import llama_cpp as ll
 
 from gambit.engine.machine.devices import gpu_devices
 from gambit.engine.machine.llama_lib import ensure_backend
-from gambit.engine.machine.runtime import default_threads
+from gambit.engine.machine.threads import default_threads
 from gambit.words import counted
 
 

@@ -49,6 +49,13 @@ def _busy_seconds(times: Any) -> float:
     return float(sum(times) - idle)
 
 
+def cpu_seconds(process: Any) -> tuple[float, float]:
+    """CPU seconds so far: every core's busy time, and ``process``'s own
+    (a ``psutil.Process``); the difference is other programs'."""
+    own = process.cpu_times()
+    return _busy_seconds(psutil.cpu_times()), own.user + own.system
+
+
 class LoadMeter:
     """Started at the beginning of a span; ``read()`` at its end."""
 
@@ -57,8 +64,7 @@ class LoadMeter:
         self._start = self._sample()
 
     def _sample(self) -> tuple[float, float, float]:
-        own = self._process.cpu_times()
-        return time.monotonic(), _busy_seconds(psutil.cpu_times()), own.user + own.system
+        return time.monotonic(), *cpu_seconds(self._process)
 
     def read(self) -> LoadReading:
         t0, busy0, own0 = self._start

@@ -15,7 +15,8 @@ from typing import Literal
 
 from gambit.engine.machine.devices import gpu_devices
 from gambit.engine.machine.kernels import EXACT, KernelChoice, KernelProbe, implied_kernels
-from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions, default_threads
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.threads import default_threads
 from gambit.formats.gguf_file import read_header
 
 Progress = Callable[[str], None]  # what a load is doing now, in a sentence

@@ -30,6 +30,7 @@ from gambit.engine.machine import rpc
 from gambit.engine.machine.kernels import KernelConfig, implied_kernels
 from gambit.engine.machine.limits import threads_problem
 from gambit.engine.machine.llama_lib import ensure_backend
+from gambit.engine.machine.threads import default_threads
 from gambit.engine.machine.tokens import common_prefix_length
 from gambit.errors import ContextOverflowError, DecodeAbortedError, DecodeError, ModelLoadError
 from gambit.formats.gguf_file import check_model_file
@@ -105,20 +106,10 @@ def _attach_threadpool(ctx: Any, pool: int) -> bool:
     return True
 
 
-def default_threads() -> int:
-    """Threads for decoding: the physical cores, approximated.
-
-    Decoding is memory-bound, so hyper-threads and efficiency cores do not help
-    and contend for bandwidth; halve the logical count on larger machines.
-    """
-    n = os.cpu_count() or 1
-    return n if n <= 4 else n // 2
-
-
 @dataclass(frozen=True)
 class RuntimeOptions:
     n_ctx: int = 4096
-    n_threads: int = 0  # 0: default_threads()
+    n_threads: int = 0  # 0: automatic (gambit.engine.machine.threads)
     n_gpu_layers: int = 0  # -1: all layers on the GPU
     n_batch: int = 512
     # Batch-invariant kernels: a token's logits are the same whether it is
@@ -262,6 +253,13 @@ class ModelRuntime:
     def __del__(self) -> None:  # a safety net; owners call close()
         with contextlib.suppress(Exception):  # interpreter shutdown may have torn down ll
             self.close()
+
+    def set_threads(self, n: int) -> None:
+        """Decode on ``n`` threads from the next decode on (the cache stays;
+        ``gambit.engine.machine.threads`` follows the load with it)."""
+        if n != self.n_threads:
+            ll.llama_set_n_threads(self._ctx, n, n)
+            self.n_threads = n
 
     # ------------------------------------------------------------------ decoding
     def decode(self, tokens: list[int], *, all_logits: bool = False, n_logits: int = 0) -> int:

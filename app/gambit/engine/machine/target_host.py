@@ -306,6 +306,12 @@ class HostedRuntime(ModelRuntime):
     ) -> int:
         return int(self._call("decode_tree", list(roots), list(tokens), list(parents)))
 
+    def set_threads(self, n: int) -> None:
+        """The host's own threads (its layers here; the workers keep theirs)."""
+        if n != self.n_threads:
+            self._call("set_threads", n)
+            self.n_threads = n
+
     def commit_tree(self, n_main: int) -> None:
         self._call("commit_tree", n_main)
 

@@ -57,6 +57,9 @@ class Round:
     # The name of what drafted this round (a source of a ChoosingDrafter, or
     # the drafter itself: "prompt lookup"); "" where nothing was drafted.
     drafted_by: str = ""
+    # The CPU threads the round decoded on, which follow the load
+    # (gambit.engine.machine.threads); 0: not known (a unit test's target).
+    threads: int = 0
 
     @property
     def chain_outcomes(self) -> tuple[bool, ...]:

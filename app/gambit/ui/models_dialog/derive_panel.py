@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QGroupBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from gambit.engine.machine.runtime import default_threads
+from gambit.engine.machine.threads import default_threads
 from gambit.engine.session import most_draft_tokens
 from gambit.models.derive_advice import CostCurve, DeriveAdvice, cached_curve
 from gambit.storage import paths

@@ -168,7 +168,7 @@ class SettingsPages(QDialog):
         runtime.addRow(
             label("context_size"), help_line(left(self.context_size_spin), "context_size")
         )
-        runtime.addRow(label("threads"), left(self.threads_spin))
+        runtime.addRow(label("threads"), help_line(left(self.threads_spin), "threads"))
         gpu_target_label = QLabel(label("gpu_layers_target"))
         self._gpu_draft_label = gpu_draft_label = QLabel(label("gpu_layers_draft"))
         runtime.addRow(gpu_target_label, left(self.gpu_layers_target_spin))

@@ -302,11 +302,14 @@ class StatsPanel(QDockWidget):
         v["speedupValue"].setText(format_speedup(s.speedup))
         tone = speedup_tone(s.speedup) if s.speedup is not None else "neutral"
         self._set_tone(v["speedupValue"], tone)
-        busy = (
-            f"Timed while the machine was busy: {s.busy}; the figures may be off." if s.busy else ""
-        )
-        self._busy.setText(busy)
-        self._busy.setVisible(bool(busy))
+        self._threads.setText(f"Threads: {s.threads}" if s.threads else "")
+        self._threads.setVisible(bool(s.threads))
+        notes = [f"No speedup shown: {s.speedup_withheld}."] if s.speedup_withheld else []
+        if s.busy:
+            notes.append(f"Timed while the machine was busy: {s.busy}; the figures may be off.")
+        self._busy.setText(" ".join(notes))
+        self._busy.setVisible(bool(notes))
+        self._busy.setFont(self._reason_font if s.speedup_withheld else self._caption_font)
         v["ttftValue"].setText(format_ms(s.ttft_ms) if s.n_tokens else PLACEHOLDER)
         has_gaps = s.n_tokens > 1
         v["p50Value"].setText(format_ms(s.p50_ms) if has_gaps else PLACEHOLDER)
@@ -369,6 +372,7 @@ class StatsPanel(QDockWidget):
         for label in self._shape_tile:
             label.setVisible(False)
         self._busy.setVisible(False)
+        self._threads.setVisible(False)
         self._set_tone(self._values["speedupValue"], "neutral")
 
     def _reset_axes(self) -> None:
@@ -396,6 +400,7 @@ class StatsPanel(QDockWidget):
             self._backend,
             self._drafter,
             self._kernels,
+            self._threads,
         ]:
             p = label.palette()
             p.setColor(QPalette.ColorRole.WindowText, muted)
@@ -442,11 +447,10 @@ class StatsPanel(QDockWidget):
         layout.setSpacing(4)
 
         # What was loaded, in caption lines; each hidden while it has nothing to say.
-        self._backend, self._drafter, self._kernels, self._target, self._busy = (
+        self._backend, self._drafter, self._kernels, self._target, self._threads, self._busy = (
             self._info_line(layout, name, wrap=name != "backendValue")
-            for name in (
-                "backendValue", "drafterValue", "kernelsValue", "targetValue", "busyValue"
-            )
+            for name in ("backendValue", "drafterValue", "kernelsValue", "targetValue",
+                         "threadsValue", "busyValue")
         )  # fmt: skip
 
         # The figures first (speed, drafting, latency), then the charts: the headline

@@ -35,6 +35,9 @@ def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
         "ttft_ms": s.ttft_ms,
         "p99_ms": s.p99_ms,
         "busy": s.busy,  # other programs kept the cores busy meanwhile (None: quiet)
+        # why a reply that drafted claims no speedup (None: it claims one, or drafted nothing)
+        "speedup_withheld": s.speedup_withheld,
+        "threads": s.threads,  # the CPU threads it ran on, and why
         "speculation": result.speculation,
         # run-length encoded per-character drafted flags, to redraw the highlight
         "drafted": run_lengths(result.drafted),

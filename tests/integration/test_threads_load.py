@@ -1,0 +1,116 @@
+"""The thread count follows the load on the real llama.cpp: a busy loop beside
+a reply takes a thread, its end gives it back, and greedy replies stay the
+target's own while the count changes between rounds.
+
+No clock is read: the tests watch the thread count each round reports.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_lossless import _prompt, _reply, plain_reply
+
+from gambit.engine.decoder import SpeculativeDecoder
+from gambit.engine.drafters.draft_model import DraftModelDrafter
+from gambit.engine.gamma.policy import FixedGamma
+from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
+from gambit.engine.machine.threads import LoadSampler, ThreadCount
+from gambit.engine.session import Engine, EngineConfig
+from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.verification.sampling import SamplingParams
+from gambit.storage.paths import cache_dir
+
+GREEDY = GenerationConfig(max_tokens=120, sampling=SamplingParams(temperature=0.0))
+
+
+class EveryRound(LoadSampler):
+    """Loads that call for the other count at every round: one core busy, then none."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cores = 2
+        self._busy = False
+
+    def readings(self) -> list[float]:
+        self._busy = not self._busy
+        return [1.0] * 4 if self._busy else [0.0] * 4
+
+
+@pytest.fixture
+def restored(rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime) -> Iterator[None]:
+    yield
+    for rt in (rt_q8_0, rt_q4_1):  # (shared by the session's tests, at 2 threads)
+        rt.set_threads(2)
+
+
+@pytest.mark.usefixtures("restored")
+def test_greedy_reply_is_the_targets_own_while_the_count_changes_every_round(
+    rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime
+) -> None:
+    """Past 256 cells of context too, where an F16 cache's attention would
+    depend on the count: the exact kernels' Q8_0 cache does not."""
+    passage = " ".join(f"Item {i}: the box on shelf {i % 7} is {i * 3} cm wide." for i in range(12))
+    prompt = _prompt(rt_q8_0, f"Repeat this list exactly:\n{passage}")
+    expected = plain_reply(rt_q8_0, prompt, GREEDY)
+    assert len(prompt) + len(expected) > 300
+    threads = ThreadCount(0, [rt_q8_0, rt_q4_1], EveryRound())
+    decoder = SpeculativeDecoder(rt_q8_0, DraftModelDrafter(rt_q4_1), FixedGamma(4), threads)
+    rounds = list(decoder.generate(prompt, GREEDY))
+    assert [t for r in rounds for t in r.tokens] == expected
+    assert {r.threads for r in rounds} == {1, 2}
+    assert sum(r.n_accepted for r in rounds) > 0
+    # and plain decoding on 1 thread is plain decoding on 2
+    rt_q8_0.set_threads(1)
+    assert _reply(SpeculativeDecoder(rt_q8_0), prompt, GREEDY) == expected
+
+
+def busy_loop() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def test_a_busy_loop_started_mid_reply_takes_a_thread_and_gives_it_back(
+    q4_1_first8: Path,
+) -> None:
+    engine = Engine(
+        EngineConfig(
+            target=q4_1_first8,
+            target_options=RuntimeOptions(n_ctx=512, n_threads=0),
+            kernel_cache=cache_dir(),
+        )
+    )
+    config = GenerationConfig(max_tokens=400, sampling=SamplingParams(temperature=0.0))
+    seen: list[int] = []
+    loop: subprocess.Popen[bytes] | None = None
+    snapshot = ""
+    try:
+        assert engine.threads.auto and engine.threads.current == 2
+        # Replies until the count fell with the loop running and rose after it
+        # ended, within a bound of rounds far above the ~1 s each takes.
+        for _ in range(400):
+            for rnd in engine.complete("Once upon a time", config):
+                seen.append(rnd.threads)
+                if loop is None and len(seen) == 20:
+                    loop = busy_loop()
+                elif loop is not None and loop.poll() is None and rnd.threads == 1:
+                    snapshot = engine.threads.choice.describe()
+                    loop.kill()
+                    loop.wait()
+                elif loop is not None and loop.poll() is not None and rnd.threads == 2:
+                    break
+            else:
+                continue
+            break
+    finally:
+        if loop is not None and loop.poll() is None:
+            loop.kill()
+            loop.wait()
+        engine.close()
+    assert seen[:20] == [2] * 20  # quiet: every thread
+    first_busy = seen.index(1)
+    assert 2 in seen[first_busy:], "the count never came back after the loop ended"
+    assert "1 of 2 threads (automatic: other programs use" in snapshot
