@@ -1,12 +1,14 @@
 """The thread count follows the load on the real llama.cpp: a busy loop beside
-a reply takes a thread, its end gives it back, and greedy replies stay the
-target's own while the count changes between rounds.
+a reply takes a thread, its end gives it back, greedy replies stay the
+target's own while the count changes between rounds, and the load bench
+runs each setting under a real background load.
 
 No clock is read: the tests watch the thread count each round reports.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,11 +17,12 @@ from pathlib import Path
 import pytest
 from test_lossless import _prompt, _reply, plain_reply
 
+from gambit.cli.main import main
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.machine.threads import LoadSampler, ThreadCount
+from gambit.engine.machine.threads import LoadSampler, ThreadCount, default_threads
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
@@ -114,3 +117,27 @@ def test_a_busy_loop_started_mid_reply_takes_a_thread_and_gives_it_back(
     first_busy = seen.index(1)
     assert 2 in seen[first_busy:], "the count never came back after the loop ended"
     assert "1 of 2 threads (automatic: other programs use" in snapshot
+
+
+def test_bench_under_a_busy_core_runs_auto_on_the_cores_left_and_each_fixed_count(
+    q8_0_first8: Path, q4_1_first8: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Name three colours.", "suite": "chat"}) + "\n")
+    args = ["bench", "--load", "none,busy", "--prompts", prompts, "--target", q8_0_first8,
+            "--draft", q4_1_first8, "--max-tokens", "12", "--json"]  # fmt: skip
+    assert main([str(a) for a in args]) == 0
+    report = json.loads(capsys.readouterr().out)
+    most = default_threads()
+    settings = ["auto", *map(str, range(1, most + 1))]
+    for load in ("none", "busy"):
+        assert set(report[load]) == {"target-only", "adaptive"}
+        for row in report[load].values():
+            assert list(row["tokens_per_s"]) == settings
+            assert all(rate > 0 for rate in row["tokens_per_s"].values())
+            assert row["auto_over_best"] > 0 and row["auto_over_best_worst_prompt"] > 0
+    assert report["none"]["target-only"]["auto_threads"] == [most]
+    if most > 1:  # one core busy all along: automatic runs on the others
+        assert report["busy"]["target-only"]["auto_threads"] == [most - 1]
+    adaptive = report["none"]["adaptive"]
+    assert adaptive["shown_over_measured"] is not None or adaptive["speedup_withheld"]

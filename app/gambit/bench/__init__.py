@@ -10,11 +10,14 @@ these names from here, never a module inside.
 - ``measure``, ``measure_history``, ``measure_report``: Measure on my chats,
   replaying the user's own turns, and its recommendation;
 - ``served``: ``--through-server``, the local server's cost per token;
-- ``reuse``: ``--reuse``, what prompt lookup's memory of earlier chats is worth.
+- ``reuse``: ``--reuse``, what prompt lookup's memory of earlier chats is worth;
+- ``load``: ``--load``, automatic threads against each fixed count under a
+  background load.
 """
 
 import argparse
 
+from gambit.bench.load import run_load_cli
 from gambit.bench.measure import (
     DRAFTER_LABELS,
     MeasurementCancelledError,
@@ -61,6 +64,7 @@ __all__ = [
     "report_csv",
     "run_bench",
     "run_history_cli",
+    "run_load_cli",
     "run_regimes_cli",
     "run_reuse_cli",
     "run_served_bench",

@@ -17,6 +17,7 @@ from gambit.bench import (
     REGIME_TARGETS,
     run_bench,
     run_history_cli,
+    run_load_cli,
     run_regimes_cli,
     run_reuse_cli,
     run_served_bench,
@@ -149,6 +150,13 @@ def _add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="what prompt lookup's memory of earlier chats is worth: replays a user's history "
         "in order (--prompts, default the bundled reuse.jsonl), each new request target-only, "
         "with lookup alone and with lookup and the memory (needs --lookup)",
+    )
+    bench.add_argument(
+        "--load",
+        metavar="LOAD[,LOAD]",
+        help="under a background load (none; busy: a core busy; duty=N: busy N %% of the "
+        "time), each prompt with automatic threads and each fixed count, target-only and "
+        "adaptive (needs --prompts)",
     )
     bench.add_argument(
         "--through-server",
@@ -472,6 +480,10 @@ def _run_bench(args: argparse.Namespace) -> int:
         raise GambitError("bench needs --prompts FILE (or --regimes, or --from-history)")
     if args.through_server:
         return run_served_bench(args, _engine_config(args), _sampling(args))
+    if args.load:
+        cancel = threading.Event()
+        with StopSignals(cancel):
+            return run_load_cli(args, _engine_config(args, cancel), _sampling(args), cancel)
     # Ctrl-C sets an event that the bench checks between runs. A KeyboardInterrupt
     # could be lost: raised inside a ctypes callback (llama.cpp's log, while a
     # model loads), it is printed and dropped, and the bench ran on (seen in CI).

@@ -54,16 +54,21 @@ def default_threads() -> int:
 
 
 SAMPLE_S = 0.25  # one reading of the load: 25 ticks of the kernel's 10 ms per core
-# A core counts as taken once other programs' load averages DOWN_FROM of a
-# core over the last DOWN_READINGS readings, and as free again once each of
-# the last UP_READINGS stays below UP_BELOW: between the two the count stays.
-# Measured on 2 cores under one busy loop: beside 2 spinning threads it read
-# 0.48-0.84 (3 runnable threads on 2 cores), beside 1 thread 0.96-1.04;
-# quiet, 0.0-0.08.
-DOWN_FROM = 0.5
-UP_BELOW = 0.3
+# The load that makes one thread fewer faster, in cores other programs would
+# keep busy (``next_threads``): from DOWN_FROM on a thread is given up, below
+# UP_BELOW it is taken back; between the two the count stays. Measured on 2
+# cores (a loop busy a quarter, half, three quarters of every 10 ms, or all
+# of it), 2 threads against 1: SmolLM2 Q4_1 93 / 72, 91 / 72, 63 / 70, 30 / 72
+# tok/s; the cost-scaled F32 target 10.6 / 8.7, 8.7 / 8.5, 5.8 / 7.3, 3.3 / 6.5.
+DOWN_FROM = 0.6
+UP_BELOW = 0.55
+# What a load reads while every core runs one of our threads, against what it
+# would take beside them: the threads spin at their barriers, so it gets a
+# share of its core (readings beside 2 threads: 0.20, 0.36, 0.46, 0.74 of a
+# core for the loads above, which read 0.26, 0.50, 0.73, 1.00 beside 1).
+CONTENDED = 0.74
 DOWN_READINGS = 3  # ~0.75 s of a load before a thread is given up
-UP_READINGS = 4  # ~1 s of quiet before it is taken back
+UP_READINGS = 4  # ~1 s of a lighter one before it is taken back
 _KEPT = max(DOWN_READINGS, UP_READINGS)
 
 
@@ -72,23 +77,27 @@ def next_threads(readings: Sequence[float], current: int, most: int, cores: int)
     latest last) when ``current`` threads run now; at most ``most`` (the
     count on an idle machine), at least 1.
 
-    The count that fits a load is the cores it leaves free, a core counted as
-    taken from ``DOWN_FROM`` of it on when giving threads up, and from
-    ``UP_BELOW`` when taking them back: fewer threads once the mean of the
-    last ``DOWN_READINGS`` calls for fewer (a moment's spike does not), more
-    once each of the last ``UP_READINGS`` leaves room for more.
+    A reading taken while our threads hold every core is scaled up by
+    ``CONTENDED`` to the load it stands for. The count that fits a load is
+    the cores it leaves, a core counted as taken from ``DOWN_FROM`` of it on
+    when giving threads up and from ``UP_BELOW`` when taking them back: fewer
+    threads once the mean of the last ``DOWN_READINGS`` calls for fewer (a
+    moment's spike does not), more once the mean of the last ``UP_READINGS``
+    leaves room for more.
     """
+    scale = 1.0 / CONTENDED if current >= cores else 1.0
 
-    def fits(others: float, threshold: float) -> int:
-        taken = math.floor(others + 1.0 - threshold)  # cores taken, from ``threshold`` on
+    def fits(last: int, threshold: float) -> int:
+        load = scale * sum(readings[-last:]) / last
+        taken = math.floor(load + 1.0 - threshold)  # cores taken, from ``threshold`` on
         return max(1, min(most, cores - taken))
 
     if len(readings) >= DOWN_READINGS:
-        down = fits(sum(readings[-DOWN_READINGS:]) / DOWN_READINGS, DOWN_FROM)
+        down = fits(DOWN_READINGS, DOWN_FROM)
         if down < current:
             return down
     if current < most and len(readings) >= UP_READINGS:
-        up = fits(max(readings[-UP_READINGS:]), UP_BELOW)
+        up = fits(UP_READINGS, UP_BELOW)
         if up > current:
             return up
     return current
