@@ -59,9 +59,13 @@ SAMPLE_S = 0.25  # one reading of the load: 25 ticks of the kernel's 10 ms per c
 # UP_BELOW it is taken back; between the two the count stays. Measured on 2
 # cores (a loop busy a quarter, half, three quarters of every 10 ms, or all
 # of it), 2 threads against 1: SmolLM2 Q4_1 93 / 72, 91 / 72, 63 / 70, 30 / 72
-# tok/s; the cost-scaled F32 target 10.6 / 8.7, 8.7 / 8.5, 5.8 / 7.3, 3.3 / 6.5.
-DOWN_FROM = 0.6
-UP_BELOW = 0.55
+# tok/s in a decode loop, and in whole replies 77-120 / 49-89 at a quarter,
+# 40-92 / 51-76 at half; the cost-scaled F32 target 10.6 / 8.7, 8.7 / 8.5,
+# 5.8 / 7.3, 3.3 / 6.5. From half a core on, 1 thread was as fast or faster
+# in 5 of 6 measurements (0.82 of 2 threads in the sixth); at a quarter, 2
+# threads always. A count that flips within the band between loses to both.
+DOWN_FROM = 0.45
+UP_BELOW = 0.35
 # What a load reads while every core runs one of our threads, against what it
 # would take beside them: the threads spin at their barriers, so it gets a
 # share of its core (readings beside 2 threads: 0.20, 0.36, 0.46, 0.74 of a
