@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,3 +142,22 @@ def test_bench_under_a_busy_core_runs_auto_on_the_cores_left_and_each_fixed_coun
         assert report["busy"]["target-only"]["auto_threads"] == [most - 1]
     adaptive = report["none"]["adaptive"]
     assert adaptive["shown_over_measured"] is not None or adaptive["speedup_withheld"]
+
+
+def test_a_child_counted_as_ours_is_not_another_programs_load() -> None:
+    """A target split over workers decodes in a child process (target_host):
+    its threads are Gambit's, and a busy one must not take a thread away."""
+    sampler = LoadSampler()
+    ours, theirs = busy_loop(), busy_loop()
+    try:
+        sampler.count_as_ours(ours.pid)
+        sampler.readings()  # (starts it)
+        while len(sampler.readings()) < 4:
+            time.sleep(0.1)
+        loads = sampler.readings()
+    finally:
+        for loop in (ours, theirs):
+            loop.kill()
+            loop.wait()
+    # Two busy loops on the machine, one of them ours: about one core is theirs.
+    assert all(0.5 < load < 1.5 for load in loads[1:]), loads

@@ -102,6 +102,7 @@ class Runtime:
 
     def __init__(self) -> None:
         self.n_threads = 2
+        self.process_id: int | None = None
 
     def set_threads(self, n: int) -> None:
         self.n_threads = n

@@ -49,11 +49,16 @@ def _busy_seconds(times: Any) -> float:
     return float(sum(times) - idle)
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds every core has spent busy so far."""
+    return _busy_seconds(psutil.cpu_times())
+
+
 def cpu_seconds(process: Any) -> tuple[float, float]:
     """CPU seconds so far: every core's busy time, and ``process``'s own
     (a ``psutil.Process``); the difference is other programs'."""
     own = process.cpu_times()
-    return _busy_seconds(psutil.cpu_times()), own.user + own.system
+    return machine_busy_seconds(), own.user + own.system
 
 
 class LoadMeter:

@@ -157,6 +157,7 @@ class ModelRuntime:
         """Every runtime's fields before a model loads (``HostedRuntime``'s too)."""
         self.path = Path(path)
         self.options = options
+        self.process_id: int | None = None  # the process it decodes in, where not this one
         self.tokenizer_digest = ""  # GGUFHeader's: equal digests, the same token texts
         self.kv_tokens: list[int] = []
         # Time spent inside llama.cpp (decode and the logits fetch, which

@@ -186,6 +186,7 @@ class HostedRuntime(ModelRuntime):
             daemon=True,
         )
         self._proc.start()
+        self.process_id = self._proc.pid
         child.close()
         facts = self._reply("load", LOAD_TIMEOUT_S)
         for key in ("n_ctx", "n_batch", "n_seq_max", "n_threads", "kernels"):

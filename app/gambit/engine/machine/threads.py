@@ -30,6 +30,7 @@ between replies; the greedy-identity tests decode with it changing.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -39,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gambit.engine.machine.busy import cpu_seconds, psutil
+from gambit.engine.machine.busy import machine_busy_seconds, psutil
 from gambit.words import counted
 
 
@@ -120,6 +121,7 @@ class LoadSampler:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._asked = time.monotonic()
+        self._ours = {os.getpid(): psutil.Process(os.getpid())}  # pid -> process
 
     def readings(self) -> list[float]:
         """The latest readings, oldest first; fewer than ``_KEPT`` just after a start."""
@@ -130,15 +132,34 @@ class LoadSampler:
                 self._thread.start()
             return [cores for _, cores in self._readings]
 
+    def count_as_ours(self, pid: int) -> None:
+        """Count process ``pid``'s CPU time as ours: a target split over workers
+        decodes in a child (``target_host``), and its threads are not another
+        program's load."""
+        with self._lock, contextlib.suppress(psutil.Error):
+            self._ours[pid] = psutil.Process(pid)
+
+    def _our_seconds(self) -> dict[int, float]:
+        """CPU seconds so far of each of our processes that still runs, by id."""
+        with self._lock:
+            processes = list(self._ours.values())
+        seconds = {}
+        for p in processes:
+            with contextlib.suppress(psutil.Error):  # (one that just ended)
+                t = p.cpu_times()
+                seconds[p.pid] = t.user + t.system
+        return seconds
+
     def _run(self) -> None:
-        process = psutil.Process(os.getpid())
-        last = time.monotonic(), *cpu_seconds(process)
+        then, busy, ours = time.monotonic(), machine_busy_seconds(), self._our_seconds()
         while True:
             time.sleep(self.period_s)
-            now, busy, own = time.monotonic(), *cpu_seconds(process)
-            seconds = max(now - last[0], 1e-9)
-            others = max(0.0, (busy - last[1]) - (own - last[2])) / seconds
-            last = now, busy, own
+            now, busy_now = time.monotonic(), machine_busy_seconds()
+            ours_now = self._our_seconds()
+            # (one counted from meanwhile: all of its time is taken as the span's)
+            own = sum(t - ours.get(pid, 0.0) for pid, t in ours_now.items())
+            others = max(0.0, (busy_now - busy) - own) / max(now - then, 1e-9)
+            then, busy, ours = now, busy_now, ours_now
             with self._lock:
                 self._readings.append((now, others))
                 if now - self._asked > self.IDLE_STOP_S:
@@ -164,6 +185,7 @@ class Threaded(Protocol):
     """A runtime whose decodes run on a number of CPU threads."""
 
     n_threads: int
+    process_id: int | None  # the process it decodes in, where not this one
 
     def set_threads(self, n: int) -> None: ...
 
@@ -221,6 +243,9 @@ class ThreadCount:
         self.most = fixed or default_threads()
         if self.auto and self._sampler is None:
             self._sampler = load_sampler()
+            for runtime in self.runtimes:
+                if runtime.process_id is not None:
+                    self._sampler.count_as_ours(runtime.process_id)
         if fixed:
             self.set(fixed)
 
