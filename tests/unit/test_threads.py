@@ -93,6 +93,9 @@ class ScriptedLoad(LoadSampler):
         self.cores = cores
         self.loads = loads
 
+    def start(self) -> None:
+        pass  # (nothing to read: the loads are given)
+
     def readings(self) -> list[float]:
         return self.loads.pop(0) if self.loads else []
 

@@ -111,7 +111,7 @@ def run_load_bench(
     load name, then (setting, mode)."""
     settings = [AUTO, *map(str, range(1, default_threads() + 1))]
     modes = [TARGET_ONLY] + (["adaptive"] if engine.drafter is not None else [])
-    load_sampler().readings()  # (the automatic count reads from now on)
+    load_sampler().start()  # (the automatic count reads from now on)
     results: dict[str, dict[tuple[str, str], Cell]] = {}
     for load in loads:
         controllers: dict[str, GammaController] = {

@@ -110,9 +110,13 @@ def next_threads(readings: Sequence[float], current: int, most: int, cores: int)
 
 class LoadSampler:
     """Other programs' load in cores, read every ``SAMPLE_S`` by a daemon
-    thread while anyone asks (it stops after a minute nobody did)."""
+    thread while anyone asks (it stops after ``IDLE_STOP_S`` nobody did)."""
 
-    IDLE_STOP_S = 60.0
+    # Long enough that a reply after a pause to read and type starts on the
+    # count the load calls for (a reply on a busy machine without readings
+    # started on every thread and changed count mid-reply, so it could claim
+    # no speedup); ~0.1 ms a reading, four a second.
+    IDLE_STOP_S = 600.0
 
     def __init__(self, period_s: float = SAMPLE_S) -> None:
         self.period_s = period_s
@@ -125,12 +129,17 @@ class LoadSampler:
 
     def readings(self) -> list[float]:
         """The latest readings, oldest first; fewer than ``_KEPT`` just after a start."""
+        self.start()
+        with self._lock:
+            return [cores for _, cores in self._readings]
+
+    def start(self) -> None:
+        """Read from now on (a no-op while reading), until IDLE_STOP_S from now."""
         with self._lock:
             self._asked = time.monotonic()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="gambit-load", daemon=True)
                 self._thread.start()
-            return [cores for _, cores in self._readings]
 
     def count_as_ours(self, pid: int) -> None:
         """Count process ``pid``'s CPU time as ours: a target split over workers
@@ -246,6 +255,8 @@ class ThreadCount:
             for runtime in self.runtimes:
                 if runtime.process_id is not None:
                     self._sampler.count_as_ours(runtime.process_id)
+        if self.auto and self._sampler is not None:
+            self._sampler.start()  # (so that the first reply has readings)
         if fixed:
             self.set(fixed)
 
