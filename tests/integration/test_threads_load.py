@@ -140,7 +140,8 @@ def test_bench_under_a_busy_core_runs_auto_on_the_cores_left_and_each_fixed_coun
             assert list(row["tokens_per_s"]) == settings
             assert all(rate > 0 for rate in row["tokens_per_s"].values())
             assert row["auto_over_best"] > 0 and row["auto_over_best_worst_prompt"] > 0
-    assert report["none"]["target-only"]["auto_threads"] == [most]
+    # (quiet: every thread, after whatever load the sampler saw just before the run)
+    assert most in report["none"]["target-only"]["auto_threads"]
     if most > 1:  # one core busy all along: automatic runs on the others
         assert report["busy"]["target-only"]["auto_threads"] == [most - 1]
     adaptive = report["none"]["adaptive"]

@@ -4,7 +4,7 @@ llama.cpp's CPU threads meet at a barrier after every operation of a decode,
 and wait there spinning. When another program keeps a core busy, one of them
 is preempted at each barrier while the others spin, and every decode crawls:
 on 2 cores with one busy loop beside it, the embedded model fell from
-~125 to ~17 tok/s at 2 threads and ran at ~58 with 1 (docs/performance.md,
+~125 to 17-26 tok/s at 2 threads and ran at 46-58 with 1 (docs/performance.md,
 "A machine that is doing something else"). So with the thread count on
 automatic (the default), the engine decodes with the cores that other
 programs leave free, up to the physical cores it would use on an idle
@@ -12,10 +12,10 @@ machine, and changes the count between rounds when the load changes:
 
 - ``LoadSampler``, one per process, reads every ``SAMPLE_S`` how many cores
   other programs kept busy (all CPU time but ours, ``gambit.engine.machine.busy``);
-- ``next_threads`` is the rule, with hysteresis: fewer threads once the
-  readings of ``DOWN_READINGS`` samples agree that a core is taken, more only
-  after ``UP_READINGS`` agree that it is free again, so a tab that spikes for
-  a moment does not flap the count;
+- ``next_threads`` is the rule, with hysteresis: fewer threads once the mean
+  of ``DOWN_READINGS`` readings says a core is taken, more once the mean of
+  ``UP_READINGS`` says it is free again, with a band between the two, so a
+  tab that spikes for a moment does not flap the count;
 - ``ThreadCount`` applies the rule to a target and a draft runtime between
   rounds (``llama_set_n_threads``: no cost, the KV cache stays) and says
   which count is in use and why (``ThreadChoice``).
