@@ -60,11 +60,11 @@ SAMPLE_S = 0.25  # one reading of the load: 25 ticks of the kernel's 10 ms per c
 # UP_BELOW it is taken back; between the two the count stays. Measured on 2
 # cores (a loop busy a quarter, half, three quarters of every 10 ms, or all
 # of it), 2 threads against 1: SmolLM2 Q4_1 93 / 72, 91 / 72, 63 / 70, 30 / 72
-# tok/s in a decode loop, and in whole replies 77-120 / 49-89 at a quarter,
-# 40-92 / 51-76 at half; the cost-scaled F32 target 10.6 / 8.7, 8.7 / 8.5,
-# 5.8 / 7.3, 3.3 / 6.5. From half a core on, 1 thread was as fast or faster
-# in 5 of 6 measurements (0.82 of 2 threads in the sixth); at a quarter, 2
-# threads always. A count that flips within the band between loses to both.
+# tok/s in a decode loop, and in whole replies 73-120 / 49-89 at a quarter,
+# 40-92 / 50-76 at half; the cost-scaled F32 target 10.6 / 8.7, 8.7 / 8.5,
+# 5.8 / 7.3, 3.3 / 6.5. At a quarter 2 threads always won; at half, 1 thread
+# made 0.79-1.26 of 2 threads' rate over 11 measurements, and from three
+# quarters on it won. A count that flips between the two loses to both.
 DOWN_FROM = 0.45
 UP_BELOW = 0.35
 # What a load reads while every core runs one of our threads, against what it
@@ -82,8 +82,8 @@ def next_threads(readings: Sequence[float], current: int, most: int, cores: int)
     latest last) when ``current`` threads run now; at most ``most`` (the
     count on an idle machine), at least 1.
 
-    A reading taken while our threads hold every core is scaled up by
-    ``CONTENDED`` to the load it stands for. The count that fits a load is
+    A reading taken while our threads hold every core is divided by
+    ``CONTENDED``: the load it stands for. The count that fits a load is
     the cores it leaves, a core counted as taken from ``DOWN_FROM`` of it on
     when giving threads up and from ``UP_BELOW`` when taking them back: fewer
     threads once the mean of the last ``DOWN_READINGS`` calls for fewer (a
