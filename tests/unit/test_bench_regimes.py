@@ -10,7 +10,7 @@ import pytest
 
 from gambit.bench.costs import cost_bound, regime_of
 from gambit.bench.regimes import Cell, cell_figures, fixed_mode, pair_modes, pick_prompts
-from gambit.bench.regimes_report import markdown_table
+from gambit.bench.regimes_report import markdown_table, per_prompt_lines
 from gambit.bench.runner import TARGET_ONLY
 from gambit.bench.targets import TargetSpec, parse_targets
 from gambit.engine.estimates import CostModel
@@ -204,3 +204,19 @@ def test_the_bound_covers_the_longest_chain_and_ttft_is_compared() -> None:
     assert f["bound_gamma_max"] == 16 and f["bound"] == pytest.approx(17.0)
     assert f["ttft_ratio"] == pytest.approx(1.1)
     assert f["best_fixed"] == "fixed=16"
+
+
+def test_cell_figures_name_the_worst_prompt() -> None:
+    cell = Cell()
+    cell.prompts = ["code #1", "prose #1"]
+    cell.prompt_rates.update(
+        {TARGET_ONLY: [10.0, 10.0], "adaptive": [20.0, 11.0], "fixed=8": [21.0, 24.0]}
+    )
+    for mode in cell.prompt_rates:
+        cell.totals[mode].add(_stats(10, 1.0))
+    figures = cell_figures(cell, costs(0.1, 0.3))
+    assert figures["worst_prompt"]["prompt"] == "prose #1"
+    assert figures["worst_prompt"]["judged"][1] == pytest.approx(11 / 24)
+    report = {"pairs": [{"target": "F32x4", "drafter": "draft", "suites": {"ALL": figures}}]}
+    lines = per_prompt_lines(report)
+    assert lines[2].split() == ["prose", "#1", "1.10x", "fixed=8", "2.40x", "0.46"]

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from gambit.bench.paired import held_out_ratio, paired_ratio
+from gambit.bench.paired import PAYS_FROM, held_out_ratio, paired_ratio, prompt_regret
 
 
 def test_equal_paths_read_one_with_no_width() -> None:
@@ -69,3 +69,24 @@ def test_held_out_best_does_not_read_high_as_the_best_in_hindsight_does() -> Non
 def test_held_out_needs_two_prompts_and_a_rival() -> None:
     assert held_out_ratio({"adaptive": [30.0], "fixed=4": [20.0]}, "adaptive", ["fixed=4"]) == 0.0
     assert held_out_ratio({"adaptive": [30.0, 20.0]}, "adaptive", []) == 0.0
+
+
+def test_prompt_regret_holds_each_prompt_to_its_own_best_fixed_gamma_or_to_plain() -> None:
+    # Prompt 1: fixed γ=8 pays 2.4x and adaptive makes 1.0x (the issue's
+    # encyclopedia paragraph); prompt 2: γ=4 is that prompt's best; prompt 3:
+    # no fixed γ pays PAYS_FROM, so adaptive is held to target-only there.
+    rates = {
+        "target-only": [10.0, 10.0, 10.0],
+        "adaptive": [10.0, 19.0, 9.8],
+        "fixed=4": [15.0, 20.0, 10.5],
+        "fixed=8": [24.0, 18.0, 9.0],
+    }
+    rows = prompt_regret(rates, "adaptive", ["fixed=4", "fixed=8"], "target-only")
+    assert [r["best_fixed"] for r in rows] == ["fixed=8", "fixed=4", "fixed=4"]
+    assert rows[0]["vs_best_fixed"] == pytest.approx(10 / 24)
+    assert rows[0]["judged"] == ("best fixed", pytest.approx(10 / 24))
+    assert rows[1]["speedup"] == pytest.approx(1.9)
+    assert rows[2]["best_fixed_speedup"] == pytest.approx(1.05)
+    assert rows[2]["best_fixed_speedup"] < PAYS_FROM
+    assert rows[2]["judged"] == ("target-only", pytest.approx(0.98))
+    assert prompt_regret({"adaptive": [1.0]}, "adaptive", ["fixed=4"], "target-only") == []

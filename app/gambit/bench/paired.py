@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 # Student's t at 97.5 % for 1-10 degrees of freedom (more: the normal's 1.96
 # is within 3 % of it by 11, and tightens from there).
@@ -61,3 +62,43 @@ def held_out_ratio(rates: Mapping[str, Sequence[float]], mode: str, rivals: Sequ
             if rates[mode][i] > 0 and rates[best][i] > 0
         ]
     return math.exp(statistics.fmean(logs)) if logs else 0.0
+
+
+# A prompt where some fixed γ makes at least this speedup is one where drafting
+# pays, and adaptive is judged against the best fixed γ there; elsewhere it is
+# judged against target-only (issue 47's bar: ≥ 0.9 and ≥ 0.97 of them).
+PAYS_FROM = 1.2
+
+
+def prompt_regret(
+    rates: Mapping[str, Sequence[float]], mode: str, fixed: Sequence[str], plain: str
+) -> list[dict[str, Any]]:
+    """Prompt by prompt, ``mode`` against the best of ``fixed`` for that prompt
+    and against ``plain``: the regret a user who tuned γ by hand for each
+    prompt would see. Per prompt: ``best_fixed`` (its name), ``best_fixed_speedup``
+    and ``speedup`` (both over ``plain``), ``vs_best_fixed`` and ``judged``, the
+    ratio to hold ``mode`` to: against the best fixed γ where it pays at least
+    PAYS_FROM, else against ``plain``. Empty where the rates are missing."""
+    n = len(rates.get(mode, ()))
+    if not n or len(rates.get(plain, ())) != n or any(len(rates[f]) != n for f in fixed):
+        return []
+    rows: list[dict[str, Any]] = []
+    for i in range(n):
+        base = rates[plain][i]
+        if base <= 0:
+            continue
+        own = rates[mode][i]
+        best = max(fixed, key=lambda f: rates[f][i]) if fixed else None
+        best_rate = rates[best][i] if best else 0.0
+        pays = best_rate / base >= PAYS_FROM
+        rows.append(
+            {
+                "index": i,
+                "speedup": own / base,
+                "best_fixed": best,
+                "best_fixed_speedup": best_rate / base if best else None,
+                "vs_best_fixed": own / best_rate if best_rate > 0 else None,
+                "judged": ("best fixed", own / best_rate) if pays else ("target-only", own / base),
+            }
+        )
+    return rows

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from gambit.bench.costs import CALIBRATION_CONTEXT, cost_bound, cost_summary, regime_of
-from gambit.bench.paired import held_out_ratio, paired_ratio
+from gambit.bench.paired import held_out_ratio, paired_ratio, prompt_regret
 from gambit.bench.parts import PartTimes, time_parts
 from gambit.bench.regimes_report import markdown_table, save_chart, text_table
 from gambit.bench.runner import TARGET_ONLY, BenchPrompt, ModeTotals, load_prompts, run_once
@@ -139,6 +139,7 @@ class Cell:
     # Each prompt's decoding rate (tok/s) per mode, in the prompts' order: every
     # prompt runs every mode back to back, so modes compare prompt by prompt.
     prompt_rates: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    prompts: list[str] = field(default_factory=list)  # "suite #n", in the same order
     compared: int = 0
     diverged: int = 0
 
@@ -152,6 +153,10 @@ def costs_at_context(cell: Cell, calibrated: CostModel) -> CostModel:
 def _longest_chain(modes: Sequence[str]) -> str | None:
     chains = [m for m in modes if m.startswith("fixed=") and parse_fixed(m)[1] == 0]
     return max(chains, key=lambda m: parse_fixed(m)[0], default=None)
+
+
+def _judged_ratio(row: dict[str, Any]) -> float:
+    return float(row["judged"][1])
 
 
 def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
@@ -203,8 +208,16 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
         if "adaptive" in rates
         else None
     )
+    per_prompt = prompt_regret(rates, "adaptive", list(fixed), TARGET_ONLY)
+    for row in per_prompt:
+        i = int(row["index"])
+        row["prompt"] = cell.prompts[i] if i < len(cell.prompts) else f"#{i + 1}"
     return {
         "modes": modes,
+        # prompt by prompt: adaptive ÷ the best fixed γ for that prompt (and the
+        # worst of them: what a user who tuned γ per prompt would have beaten it by)
+        "per_prompt": per_prompt,
+        "worst_prompt": min(per_prompt, key=_judged_ratio, default=None),
         "adaptive_end_to_end": adaptive_e2e,
         "best_fixed": best_fixed,
         "best_fixed_speedup": best,
@@ -251,6 +264,10 @@ class RegimeArgs:
     draft_without: tuple[int, ...] = ()
     raw: bool = False  # plain completion (base models), not chat
     fixed: tuple[int, ...] | None = None  # fixed γs to compare (None: by the target's kind)
+    # Each prompt's adaptive run starts from the calibration with nothing
+    # learned, as a reply in a new process does (the first reply of a session:
+    # where one early miss used to switch a pair off for the whole reply).
+    fresh: bool = False
 
 
 def draft_model_file(args: RegimeArgs, log: Log) -> Path:
@@ -345,6 +362,8 @@ def run_pair(
         run_once(engine, "Hello", warm, None, raw=args.raw)
         for i, bp in enumerate(args.prompts):
             order = modes[i % len(modes) :] + modes[: i % len(modes)]
+            if args.fresh and "adaptive" in controllers:
+                controllers.update(_controllers(engine, ["adaptive"]))
             outputs: dict[str, list[int]] = {}
             for mode in order:
                 outputs[mode] = _run_mode(
@@ -390,6 +409,10 @@ def _run_mode(
         (r.elapsed_s, len(r.tokens), r.t_draft_s + r.t_verify_s) for r in rounds if r.tokens
     ]
     shown = shown_times(arrivals, REPAINT_S)
+    if mode == TARGET_ONLY:  # (every prompt runs it once: the prompt's label)
+        label = f"{bp.suite} #{len(cells[bp.suite].prompts) + 1}"
+        cells[bp.suite].prompts.append(label)
+        cells["ALL"].prompts.append(label)
     for cell in (cells[bp.suite], cells["ALL"]):
         cell.totals[mode].add(stats, rounds)
         cell.prompt_rates[mode].append(stats.tokens_per_s)
@@ -437,6 +460,7 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
         },
         "source": args.source.name,
         "raw": args.raw,
+        "fresh": args.fresh,
         "max_tokens": args.max_tokens,
         "temperature": args.sampling.temperature,
         "prompts": len(args.prompts),
@@ -509,6 +533,7 @@ def run_regimes_cli(
         draft_without=args.draft_without,
         raw=args.raw,
         fixed=args.fixed,
+        fresh=args.fresh,
     )
     report = run_regimes(regime_args, log)
     if args.out:

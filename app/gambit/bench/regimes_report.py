@@ -24,6 +24,38 @@ def _ratio(value: float | None, interval: list[float] | None, unit: str = "") ->
     return f"{value:.2f}{unit} ({interval[0]:.2f}-{interval[1]:.2f})"
 
 
+def _worst(row: dict[str, Any] | None) -> str:
+    """The worst prompt's ratio and what it is held to: "0.91 ÷ fixed=8 (code #2)"
+    where some fixed γ paid (gambit.bench.paired.PAYS_FROM), "0.97 ÷ plain" where none did."""
+    if not row:
+        return "-"
+    against, ratio = row["judged"]
+    rival = row["best_fixed"] if against == "best fixed" else "plain"
+    return f"{ratio:.2f} ÷ {rival} ({row['prompt']})"
+
+
+def per_prompt_lines(report: dict[str, Any]) -> list[str]:
+    """Prompt by prompt for every pair (all suites): adaptive's speedup, the
+    best fixed γ's for that prompt, and adaptive ÷ that fixed γ."""
+    lines = []
+    for pair in report["pairs"]:
+        rows = pair.get("suites", {}).get("ALL", {}).get("per_prompt")
+        if not rows:
+            continue
+        lines.append(
+            f"{pair.get('label', pair['target'])} + {drafter_label(pair)}, prompt by prompt: "
+            "adaptive, the best fixed γ for the prompt, adaptive ÷ it"
+        )
+        for row in rows:
+            best = row["best_fixed"]
+            versus = row["vs_best_fixed"]
+            lines.append(
+                f"  {row['prompt']:<12} {row['speedup']:.2f}x  "
+                + (f"{best} {row['best_fixed_speedup']:.2f}x  {versus:.2f}" if best else "-")
+            )
+    return lines
+
+
 def drafter_label(pair: dict[str, Any]) -> str:
     """ "draft", or with the draft model named where it is another network's:
     "draft gemma.gguf (through text)"."""
@@ -63,6 +95,7 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
                     f"{f['best_fixed']} {f['best_fixed_speedup']:.2f}x" if f["best_fixed"] else "-",
                     _ratio(f["adaptive_vs_best_fixed"], f.get("adaptive_vs_best_fixed_interval")),
                     _ratio(f.get("adaptive_vs_held_out_fixed"), None),
+                    _worst(f.get("worst_prompt")),
                     _ratio(bound, None, "x"),
                     _ratio(adaptive["speedup"] / bound if bound else None, None),
                     _ratio(f["adaptive_end_to_end"], None, "x"),
@@ -80,7 +113,8 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
 
 HEADER = [
     "target (regime)", "drafter", "suite", "plain tok/s", "adaptive", "best fixed",
-    "adapt/best (95 %)", "adapt/held-out best", "bound", "adapt/bound", "adaptive e2e",
+    "adapt/best (95 %)", "adapt/held-out best",
+    "worst prompt", "bound", "adapt/bound", "adaptive e2e",
     "best fixed e2e", "TTFT adapt/plain",
     "p99 gap ms plain / adapt / shown", "accept", "mean γ", "round eff γ4", "diverged",
 ]  # fmt: skip
@@ -89,6 +123,9 @@ HEADER = [
 def markdown_table(report: dict[str, Any]) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
+    per_prompt = per_prompt_lines(report)
+    if per_prompt:
+        lines += ["", "```", *per_prompt, "```"]
     return "\n".join(lines)
 
 
@@ -97,7 +134,8 @@ def text_table(report: dict[str, Any]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
     out = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     out.insert(1, "-" * len(out[0]))
-    return "\n".join(out)
+    per_prompt = per_prompt_lines(report)
+    return "\n".join(out + (["", *per_prompt] if per_prompt else []))
 
 
 def save_chart(report: dict[str, Any], path: Path) -> None:

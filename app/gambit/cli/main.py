@@ -225,6 +225,12 @@ def _add_regimes_args(bench: argparse.ArgumentParser) -> None:
         "targets; none: adaptive against target-only alone)",
     )
     regimes.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start each prompt's adaptive run from the calibration with nothing learned, "
+        "as a new process's first reply does (default: it learns across the prompts)",
+    )
+    regimes.add_argument(
         "--draft-without",
         type=_block_list,
         default=(),
