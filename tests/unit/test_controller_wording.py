@@ -67,7 +67,7 @@ def off_after_a_probe(alpha: float) -> GammaController:
 
 
 def test_off_within_the_hysteresis_shows_the_threshold() -> None:
-    ctrl = off_after_a_probe(0.531)  # (1 + 0.53) / 1.5 = 1.02 (the pooled prior of 0.3: -0.001)
+    ctrl = off_after_a_probe(0.5415)  # (1 + 0.5415) / 1.5 = 1.028, less the pooled prior: 1.02
     assert ctrl.decide_gamma() == 0
     assert ctrl.decision.reason == (
         f"off: a draft would gain 2 %, below the {NEED} needed to switch on"

@@ -159,6 +159,15 @@ def _judged_ratio(row: dict[str, Any]) -> float:
     return float(row["judged"][1])
 
 
+def _per_prompt(cell: Cell, fixed: list[str]) -> list[dict[str, Any]]:
+    """``prompt_regret`` of adaptive in ``cell``, each row with its prompt's label."""
+    rows = prompt_regret(cell.prompt_rates, "adaptive", fixed, TARGET_ONLY)
+    for row in rows:
+        i = int(row["index"])
+        row["prompt"] = cell.prompts[i] if i < len(cell.prompts) else f"#{i + 1}"
+    return rows
+
+
 def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
     """The per-cell report: every mode's figures plus the comparisons."""
     costs = costs_at_context(cell, calibrated)
@@ -208,10 +217,7 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
         if "adaptive" in rates
         else None
     )
-    per_prompt = prompt_regret(rates, "adaptive", list(fixed), TARGET_ONLY)
-    for row in per_prompt:
-        i = int(row["index"])
-        row["prompt"] = cell.prompts[i] if i < len(cell.prompts) else f"#{i + 1}"
+    per_prompt = _per_prompt(cell, list(fixed))
     return {
         "modes": modes,
         # prompt by prompt: adaptive ÷ the best fixed γ for that prompt (and the

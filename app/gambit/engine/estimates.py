@@ -18,7 +18,14 @@ import numpy as np
 # Exponential weights of the running estimates: ~1/w recent observations count.
 COST_WEIGHT = 0.1
 ACCEPT_WEIGHT = 0.15
-PRIOR_WEIGHT = 0.25  # the acceptance prior, in observations
+# The acceptance prior's weight in the pooled estimate, in outcomes: enough that
+# one outcome is one outcome, not a verdict. At 0.25 a first round that missed
+# its first token (one Bernoulli trial) read as α ≈ 0.1 everywhere; drafting
+# through text, Gemma ×4 with SmolLM2 then switched off for a whole reply where
+# fixed γ = 8 made 2.37x (issue 47). At 3, one miss reads 0.36 at position 1
+# and 0.45 beyond, a run of five reads under 0.1, and sixteen drafts that all
+# landed read 0.96.
+PRIOR_WEIGHT = 3.0
 # What the pooled acceptance of all positions weighs in each position's estimate,
 # in outcomes (AcceptanceModel.estimate).
 POOL_WEIGHT = 4.0
@@ -415,7 +422,7 @@ class AcceptanceModel:
         # Positions after the first rejection were never tried: no evidence.
         # A position's own estimate is the mean of its outcomes (the first one
         # sets it), then a running mean; the prior enters through the pool
-        # (``estimate``), as PRIOR_WEIGHT of one outcome.
+        # (``estimate``), as PRIOR_WEIGHT outcomes.
         for i, accepted in enumerate(outcomes[: self.gamma_max]):
             self.seen[i] += 1
             weight = max(ACCEPT_WEIGHT, 1.0 / self.seen[i])
@@ -451,11 +458,23 @@ class AcceptanceModel:
         if not n.any():
             unseen: np.ndarray = self.alpha.copy()
             return unseen
-        outcomes = float((n * self.alpha).sum()) + PRIOR_WEIGHT * self.prior
-        pooled = outcomes / (float(n.sum()) + PRIOR_WEIGHT)
+        pooled = self._pooled(n)
         shrunk = (n * self.alpha + POOL_WEIGHT * pooled) / (n + POOL_WEIGHT)
-        estimate: np.ndarray = np.where(self.seen > 0, shrunk, self.alpha)
+        # A position never tried reads the pool: what the positions tried say,
+        # with the prior's weight (not the prior alone, which a miss at position
+        # 1 would leave at 0.6 from position 2 on).
+        estimate: np.ndarray = np.where(self.seen > 0, shrunk, pooled)
         return estimate
+
+    def _pooled(self, n: np.ndarray) -> float:
+        """The outcome-weighted mean of the positions' own estimates (weights
+        ``n``), with the prior as PRIOR_WEIGHT outcomes."""
+        outcomes = float((n * self.alpha).sum()) + PRIOR_WEIGHT * self.prior
+        return outcomes / (float(n.sum()) + PRIOR_WEIGHT)
+
+    def evidence(self) -> float:
+        """Outcomes behind the estimate, at most the running means' memory per position."""
+        return float(self._weights().sum())
 
     def optimistic(self, z: float = 1.0) -> np.ndarray:
         """The estimate raised by ``z`` standard errors, at most 1.
@@ -464,7 +483,11 @@ class AcceptanceModel:
         of the outcomes seen so far (plus the pooled pseudo-outcomes), at most
         ~2 / ACCEPT_WEIGHT: after a few rounds one rejection moves α_i a lot,
         and is worth that little."""
-        n: np.ndarray = self._weights() + np.where(self.seen > 0, POOL_WEIGHT, 0.0)
+        weights = self._weights()
+        # A position never tried knows what the pool knows: its outcomes and the prior's.
+        n: np.ndarray = np.where(
+            self.seen > 0, weights + POOL_WEIGHT, float(weights.sum()) + PRIOR_WEIGHT
+        )
         a = self.estimate()
         optimistic: np.ndarray = np.minimum(1.0, a + z * np.sqrt(a * (1.0 - a) / (n + 1.0)))
         return optimistic

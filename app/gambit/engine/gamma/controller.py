@@ -11,12 +11,21 @@ a batch of k tokens *on this machine* (on a CPU it grows with k; on a GPU it
 barely does). Plain decoding yields 1 token per t_target(1). The policy picks
 the γ in 0..γ_max with the best expected rate; γ = 0 means speculation off.
 
+Acceptance is learned in proportion to the evidence (``AcceptanceModel``):
+one outcome is one outcome, the prior weighs as a few, and recent rounds
+weigh more than old ones, so the estimate follows a reply from prose into a
+copied passage without flapping on one round's noise.
+
 While off, nothing is learned about acceptance, so the policy probes: a
-draft of the length that would pay best if every token landed, as often as
-keeps probing under 3 % of the plain decoding time (a failed probe wastes its
-draft and the larger batch; a draft model must first re-read what it
-skipped). Hysteresis (switch on above +5 %, off below ±0 %) keeps it from
-flapping on noise.
+draft of the length that would pay best with acceptance as optimistic as the
+evidence allows (not the best case: a probe of 16 that misses its first token
+wastes 16 draft steps), as often as keeps probing under a share of the plain
+decoding time: 3 % once much is known, more while little is (a failed probe
+wastes its draft and the larger batch; a draft model must first re-read what
+it skipped). An option that is off while another runs (a lookup bucket next
+to the draft model) is probed on the same terms, its cost counted against
+the option that runs. Hysteresis (switch on above +5 %, off below ±0 %)
+keeps it from flapping on noise.
 
 Reading is a cost too. A draft model reads each prompt before it can draft,
 and on a CPU a small quantized draft may read slower than the target does
@@ -29,7 +38,9 @@ and a short answer.
 Switching off is not free either: a draft model switched off must re-read
 what it skipped before it is tried again. So it switches off only where
 drafting would not pay even with acceptance one standard error above its
-estimate, which after a few rounds is worth little.
+estimate, which after a few rounds is worth little; and a probe switches it
+on unless the same optimistic estimate says it cannot pay, so that one
+missed first token is weighed with the rounds after it, not alone.
 
 Token trees add a second knob, w side nodes next to the main chain of γ.
 Their worth is measured the same way: ``side_gain`` is the running mean of
@@ -71,7 +82,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from gambit.engine.estimates import AcceptanceModel, CostModel
+from gambit.engine.estimates import PRIOR_WEIGHT, AcceptanceModel, CostModel
 from gambit.engine.gamma import controller_wording as wording
 from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
 from gambit.engine.gamma.controller_pricing import RoundPricing
@@ -113,6 +124,12 @@ class GammaController:
     # tokens, a costly one waits for the start of a reply, where the draft
     # reads the prompt during prompt processing, or until it is paid for.
     PROBE_BUDGET = 0.03
+    # ... and while little is known of an option, up to this share: a draft model
+    # switched off by its first few rounds is probed again within the reply
+    # (Gemma ×4 with SmolLM2: catching up costs ~0.03 of a target step a token,
+    # about the whole of PROBE_BUDGET, so at 3 % it came back only at the next
+    # reply).
+    PROBE_BUDGET_THIN = 0.10
 
     def __init__(
         self,
@@ -156,9 +173,12 @@ class GammaController:
         # Per drafter hint (Drafter.hint): whether speculation is on for its rounds.
         self._on: dict[int, bool] = {}
         self._hint = 0  # the current round's (the last decide_gamma's)
-        # The first reply may probe at once: the prior is only a guess.
-        self._tokens_since_probe = self.PROBE_MAX
+        # Per drafter hint: tokens since it was probed or switched off. The first
+        # reply may probe at once: the prior is only a guess.
+        self._since_probe: dict[int, int] = {}
         self._probing = False
+        # An option that is off, chosen to be probed while another runs (choose).
+        self._reprobe: int | None = None
         # Why the current reply decodes plainly: reading its prompt would not
         # pay (decide_reading); None: it drafts as decided round by round.
         self._sit_out: str | None = None
@@ -212,12 +232,25 @@ class GammaController:
 
     @property
     def probe_gamma(self) -> int:
-        """The γ of a probe with the current hint (``RoundPricing.probe_gamma``)."""
-        return self.pricing.probe_gamma(self._kind())
+        """The γ of a probe with the current hint (``RoundPricing.probe_gamma``),
+        sized by its acceptance as optimistic as the evidence allows."""
+        return self.pricing.probe_gamma(self._kind(), self.acceptance.optimistic())
 
-    def probe_cost(self, catch_up: int = 0) -> float:
-        """Seconds a probe with the current hint costs if none of its drafts lands."""
-        return self.pricing.probe_cost(self._kind(), catch_up)
+    def probe_cost(self, catch_up: int = 0, hint: int | None = None) -> float:
+        """Seconds a probe with ``hint`` (default: the current one) costs if
+        none of its drafts lands."""
+        h = self._hint if hint is None else hint
+        optimistic = self.learning.acceptance(h).optimistic()
+        return self.pricing.probe_cost(self._kind(h), catch_up, optimistic)
+
+    @property
+    def _tokens_since_probe(self) -> int:
+        """Tokens since the current hint was probed or switched off."""
+        return self._since_probe.get(self._hint, self.PROBE_MAX)
+
+    @_tokens_since_probe.setter
+    def _tokens_since_probe(self, tokens: int) -> None:
+        self._since_probe[self._hint] = tokens
 
     # -- GammaPolicy
     def start_reply(self, n_context: int) -> None:
@@ -257,21 +290,42 @@ class GammaController:
         """The drafter read the ``n_read`` tokens it was behind in ``seconds``."""
         self.learning.observe_reading(n_read, seconds)
 
-    def _probe_due(self, catch_up: int = 0) -> bool:
-        """Whether a probe now keeps probing within its budget."""
-        since = self._tokens_since_probe
-        budget = self.PROBE_BUDGET * since * self.costs.verify_cost(1)
-        if self.ceiling_speedup() <= self.PROBE_CEILING:
+    def _probe_share(self, hint: int) -> float:
+        """The share of decoding time probes of ``hint`` may cost: PROBE_BUDGET
+        once much is known of it, up to PROBE_BUDGET_THIN while little is."""
+        evidence = self.learning.acceptance(hint).evidence()
+        # (squared: a quarter of the way at PRIOR_WEIGHT outcomes, and close
+        # to PROBE_BUDGET once the running means are full; a draft model's
+        # catch-up alone costs ~PROBE_BUDGET a token there, so probes of an
+        # option known to miss then come only every few hundred tokens)
+        thin = (PRIOR_WEIGHT / (PRIOR_WEIGHT + evidence)) ** 2
+        return self.PROBE_BUDGET + (self.PROBE_BUDGET_THIN - self.PROBE_BUDGET) * thin
+
+    def _probe_due(self, catch_up: int = 0, hint: int | None = None, rival: float = 1.0) -> bool:
+        """Whether a probe of ``hint`` (default: the current one) now keeps
+        probing within its budget, after the drafter catches up on
+        ``catch_up`` tokens. ``rival``: the expected speedup of the option the
+        probe displaces (1.0: plain decoding): where another option runs, a
+        probe costs the time that option would have saved, and the budget is a
+        share of the time it took."""
+        h = self._hint if hint is None else hint
+        since = self._since_probe.get(h, self.PROBE_MAX)
+        t1 = self.costs.verify_cost(1)
+        if self._kind(h) is SourceKind.FREE:
+            catch_up = 0  # (no draft model reads anything before a lookup probe)
+        cost = self.probe_cost(catch_up, h) + t1 * (1.0 - 1.0 / rival)
+        budget = self._probe_share(h) * since * t1 / rival
+        if self.pricing.ceiling(self._kind(h)) <= self.PROBE_CEILING:
             # Nothing could pay, by the costs as measured; but batch costs
             # measured while nothing drafts are the load-time calibration's,
             # and one noisy calibration must not rule speculation out for
             # good (measured: F32 + draft calibrated at t5/t1 2.07 instead of
             # 1.6, and left at 1.02x where fixed γ=8 made 1.22x). So a probe
             # re-measures them every PROBE_MAX tokens, within the budget.
-            return since >= self.PROBE_MAX and self.probe_cost(catch_up) <= budget
+            return since >= self.PROBE_MAX and cost <= budget
         if since >= self.PROBE_MAX:
             return True
-        return since >= self.PROBE_BASE and self.probe_cost(catch_up) <= budget
+        return since >= self.PROBE_BASE and cost <= budget
 
     def decided_side_nodes(self) -> int:
         """Side nodes for the round ``decide_gamma`` just chose (0 while off or probing)."""
@@ -281,13 +335,15 @@ class GammaController:
         """Decide this round (``decision``) for a draft from ``hint``'s source: its γ."""
         self._hint = hint
         self._track(hint)
-        self.decision = self._round_decision()
+        self.decision = self._round_decision(reprobe=self._reprobe == hint)
+        self._reprobe = None
         if self.decision.probing:
             self._probing = True  # (observe() judges the probe's outcome)
         return self.decision.gamma
 
-    def _round_decision(self) -> Decision:
-        """This round's decision: the policy's, or a probe, or sitting out."""
+    def _round_decision(self, reprobe: bool = False) -> Decision:
+        """This round's decision: the policy's, or a probe, or sitting out;
+        ``reprobe``: ``choose`` took this option, which is off, to probe it."""
         decided = self._decide()
         if self.mode == "adaptive" and self._sit_out is not None:
             return Decision(0, 1.0, decided.best_speedup, self._sit_out)
@@ -298,7 +354,7 @@ class GammaController:
             return decided
         ceiling = self.ceiling_speedup()
         cannot_pay = ceiling <= self.PROBE_CEILING
-        if (untried and not cannot_pay) or self._probe_due(self.learning.behind):
+        if (untried and not cannot_pay) or reprobe or self._probe_due(self.learning.behind):
             probe = self.probe_gamma
             reason = wording.probe_reason(probe, self.ON_ABOVE)
             return Decision(
@@ -330,12 +386,15 @@ class GammaController:
     def observe(self, rnd: Round) -> None:
         """Learn from the round just played, then switch on or off as it says."""
         self.learning.observe(rnd, self._hint, self._kind())
-        self._tokens_since_probe += len(rnd.tokens)
+        for hint in self._on:
+            self._since_probe[hint] = self._since_probe.get(hint, self.PROBE_MAX) + len(rnd.tokens)
         best = self._best()[2]
         if self._probing:
+            # On where it pays by the estimate, or may by the optimistic one:
+            # one probe is a few outcomes, and the rounds after it say more.
             self._probing = False
             self._tokens_since_probe = 0
-            self.on = best > self.ON_ABOVE
+            self.on = best > self.ON_ABOVE or not self._unlikely_to_pay()
         elif self.on and best < self.OFF_BELOW and self._unlikely_to_pay():
             self.on = False
             self._tokens_since_probe = 0
@@ -363,6 +422,7 @@ class GammaController:
         if self.mode != "adaptive" or len(hints) < 2:
             return hints[0]
         chosen, best = hints[0], -float("inf")
+        off = []
         for hint in hints:
             self._track(hint)
             acceptance = self.learning.acceptance(hint)
@@ -372,6 +432,15 @@ class GammaController:
             speedup = self.pricing.best(acceptance, self._kind(hint))[2] if on else self.OFF_BELOW
             if speedup > best:
                 chosen, best = hint, speedup
+            if not on:
+                off.append(hint)
+        # An option that is off is probed again on the same terms as a lone
+        # drafter's, its cost counted against the one that runs: else a lookup
+        # bucket switched off stayed off for as long as the draft model ran.
+        for hint in off:
+            if hint != chosen and self._probe_due(self.learning.behind, hint, max(best, 1.0)):
+                self._reprobe = hint
+                return hint
         return chosen
 
     def _best(self) -> tuple[int, int, float]:
