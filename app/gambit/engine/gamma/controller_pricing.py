@@ -105,6 +105,17 @@ class RoundPricing:
         g, w = np.unravel_index(int(np.argmax(speedups)), speedups.shape)
         return int(g) + 1, int(w), float(speedups[g, w])
 
+    def explore(
+        self, acceptance: AcceptanceModel, kind: SourceKind, z: float
+    ) -> tuple[int, int, float]:
+        """The (γ, side nodes) that pay best with acceptance ``z`` standard
+        errors above its estimate (``AcceptanceModel.optimistic``), and what
+        they are expected to pay by the estimate itself."""
+        speedups = self.speedups(acceptance.optimistic(z), kind)
+        g, w = np.unravel_index(int(np.argmax(speedups)), speedups.shape)
+        expected = self.speedups(acceptance.estimate(), kind)[g, w]
+        return int(g) + 1, int(w), float(expected)
+
     def ceiling(self, kind: SourceKind) -> float:
         """The best expected speedup of a chain if every draft token were accepted."""
         return float(self.speedups(np.ones(self.gamma_max), kind)[:, 0].max())
