@@ -12,10 +12,12 @@ off for the whole reply (1.01x).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.estimates import CostModel
 from gambit.engine.gamma.controller import GammaController
+from gambit.engine.gamma.controller_learning import SourceKind
 from gambit.engine.text.reply import Round
 
 GAMMA_MAX = 16
@@ -160,3 +162,25 @@ def test_a_lookup_bucket_switched_off_is_probed_again_while_the_draft_model_runs
         assert tokens <= 400, "lookup never probed again while the draft model ran"
     assert ctrl.decide_gamma(LONG_MATCH) > 0
     assert ctrl.decision.probing
+
+
+def test_positions_rarely_tried_are_tried_where_they_may_pay() -> None:
+    # Gemma ×4's prose: the first draft tokens land 70 % of the time (many
+    # rounds), the later ones were tried in one round and landed. By the
+    # estimate the later ones borrow from the pool of the first (~0.7), and a
+    # short γ looks best; half a standard error of optimism drafts them again.
+    ctrl = new_controller()
+    ctrl.decide_gamma()
+    ctrl.acceptance.alpha[:3] = 0.7
+    ctrl.acceptance.seen[:3] = 20
+    ctrl.acceptance.alpha[3:] = 1.0
+    ctrl.acceptance.seen[3:] = 1
+    ctrl.on = True
+    by_estimate = ctrl.pricing.best(ctrl.acceptance, SourceKind.MODEL)
+    gamma = ctrl.decide_gamma()
+    assert gamma > by_estimate[0]
+    # What it expects is the estimate's own figure for that γ, not the optimism's.
+    assert ctrl.decision.expected_speedup == pytest.approx(
+        ctrl.pricing.expected_speedup(ctrl.acceptance, gamma), rel=0.02
+    )
+    assert ctrl.decision.expected_speedup <= by_estimate[2]
