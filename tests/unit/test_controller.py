@@ -116,7 +116,7 @@ def test_gamma_grows_with_acceptance() -> None:
 def test_probes_while_off_and_recovers_when_text_turns_predictable() -> None:
     cheap = costs(slope=0.1, t_draft=0.001)
     cheap.catch_up_ratio = 0.001  # catching the drafter up is nearly free (a GPU)
-    ctrl = with_alpha(controller(cheap), 0.1)
+    ctrl = with_alpha(controller(cheap), 0.05)
     ctrl.observe(plain_round(0.010))
     assert not ctrl.on
     # Plain rounds until a probe is due; failing probes cost at most the budget.

@@ -472,9 +472,9 @@ class AcceptanceModel:
         outcomes = float((n * self.alpha).sum()) + PRIOR_WEIGHT * self.prior
         return outcomes / (float(n.sum()) + PRIOR_WEIGHT)
 
-    def evidence(self) -> float:
-        """Outcomes behind the estimate, at most the running means' memory per position."""
-        return float(self._weights().sum())
+    def outcomes(self) -> int:
+        """Outcomes seen so far, every position's (each round adds those it tried)."""
+        return int(self.seen.sum())
 
     def optimistic(self, z: float = 1.0) -> np.ndarray:
         """The estimate raised by ``z`` standard errors, at most 1.

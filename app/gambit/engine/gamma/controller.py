@@ -20,7 +20,8 @@ While off, nothing is learned about acceptance, so the policy probes: a
 draft of the length that would pay best with acceptance as optimistic as the
 evidence allows (not the best case: a probe of 16 that misses its first token
 wastes 16 draft steps), as often as keeps probing under a share of the plain
-decoding time: 3 % once much is known, more while little is (a failed probe
+decoding time: 2 % once much is known, up to 20 % while little is, the
+outcomes seen counting less as the text moves on (a failed probe
 wastes its draft and the larger batch; a draft model must first re-read what
 it skipped). An option that is off while another runs (a lookup bucket next
 to the draft model) is probed on the same terms, its cost counted against
@@ -80,6 +81,7 @@ sentences are ``gambit.engine.gamma.controller_wording``'s.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from gambit.engine.estimates import PRIOR_WEIGHT, AcceptanceModel, CostModel
@@ -117,19 +119,36 @@ class GammaController:
     PROBE_BASE = 16  # the fewest plain tokens between probes
     PROBE_MAX = 2048  # the most: the text may have changed since
     # While off, probing may cost at most this share of the plain decoding
-    # time it interrupts: a probe that fails wastes its draft and the larger
-    # verification batch, and a draft model must first catch up on every
-    # token it skipped (measured: ~0.2 of a target token each on a CPU, up to
-    # 256 of them). So a cheap probe (prompt lookup) comes every few dozen
-    # tokens, a costly one waits for the start of a reply, where the draft
-    # reads the prompt during prompt processing, or until it is paid for.
-    PROBE_BUDGET = 0.03
-    # ... and while little is known of an option, up to this share: a draft model
-    # switched off by its first few rounds is probed again within the reply
-    # (Gemma ×4 with SmolLM2: catching up costs ~0.03 of a target step a token,
-    # about the whole of PROBE_BUDGET, so at 3 % it came back only at the next
-    # reply).
-    PROBE_BUDGET_THIN = 0.10
+    # time it interrupts, once much is known of the option: a probe that
+    # fails wastes its draft and the larger verification batch, and a draft
+    # model must first catch up on every token it skipped (measured: ~0.2 of
+    # a target token each on a toy pair's CPU, ~0.03 on the cost-scaled ones;
+    # up to 256 of them). So a cheap probe (prompt lookup) comes every few
+    # dozen tokens, a costly one waits for the start of a reply, where the
+    # draft reads the prompt during prompt processing, or until it is paid
+    # for. (It was 3 %, all the time; with the larger share below while
+    # little is known, 2 % keeps a draft that never lands at ~3 % over 4,000
+    # tokens, catching up included.)
+    PROBE_BUDGET = 0.02
+    # ... and while little is known of an option, up to this share
+    # (``_probe_share``): a draft model switched off by its first rounds is
+    # probed again within the reply. Gemma ×4 with SmolLM2 missed the first
+    # token of its first two rounds on a prose prompt, then landed 16 of 16
+    # once on track; catching up costs ~0.03 of a target step a token there,
+    # the whole of a 3 % budget, so it came back only at the next reply.
+    # Replayed on that pair's measured costs with 12 hard tokens before easy
+    # ones (/1 = the best fixed γ): 0.76 at 0.06, 0.93 at 0.10, 0.98 at 0.15,
+    # 1.03 at 0.25, a draft landing 3 % at 0.98x target-only throughout.
+    PROBE_BUDGET_THIN = 0.20
+    # Tokens since its last probe after which what an option's rounds showed
+    # counts half as much in its probe budget (``_probe_share``): the text has
+    # moved on. Replayed as above with 40 hard tokens before easy ones: 1.11x
+    # the best fixed γ without it, 1.17x at 128 (1.24x at 64, where a draft
+    # that never lands cost 3.3 % over 4,000 tokens; 3.1 % at 128).
+    EVIDENCE_HALF_LIFE = 128
+    # Switching off needs acceptance this many standard errors above its
+    # estimate to lose (``_unlikely_to_pay``).
+    OFF_Z = 1.5
     # While on, γ is what pays best with acceptance this many standard errors
     # above its estimate: positions rarely tried (deep ones, behind a short γ)
     # get tried, so a draft whose later tokens land more often than its first
@@ -301,11 +320,15 @@ class GammaController:
     def _probe_share(self, hint: int) -> float:
         """The share of decoding time probes of ``hint`` may cost: PROBE_BUDGET
         once much is known of it, up to PROBE_BUDGET_THIN while little is."""
-        evidence = self.learning.acceptance(hint).evidence()
-        # (squared: a quarter of the way at PRIOR_WEIGHT outcomes, and close
-        # to PROBE_BUDGET once the running means are full; a draft model's
-        # catch-up alone costs ~PROBE_BUDGET a token there, so probes of an
-        # option known to miss then come only every few hundred tokens)
+        # What was seen long ago says less of the text now: the outcomes count
+        # half as much every EVIDENCE_HALF_LIFE tokens since the last probe.
+        since = self._since_probe.get(hint, self.PROBE_MAX)
+        outcomes = self.learning.acceptance(hint).outcomes()
+        evidence = outcomes * math.pow(0.5, since / self.EVIDENCE_HALF_LIFE)
+        # (squared: a quarter of the way at PRIOR_WEIGHT outcomes, close to
+        # PROBE_BUDGET after a few dozen; a draft model's catch-up alone costs
+        # ~PROBE_BUDGET a token, so probes of one that keeps missing come
+        # further and further apart)
         thin = (PRIOR_WEIGHT / (PRIOR_WEIGHT + evidence)) ** 2
         return self.PROBE_BUDGET + (self.PROBE_BUDGET_THIN - self.PROBE_BUDGET) * thin
 
@@ -398,11 +421,13 @@ class GammaController:
             self._since_probe[hint] = self._since_probe.get(hint, self.PROBE_MAX) + len(rnd.tokens)
         best = self._best()[2]
         if self._probing:
-            # On where it pays by the estimate, or may by the optimistic one:
-            # one probe is a few outcomes, and the rounds after it say more.
+            # On where it pays by the estimate, or may by the optimistic one
+            # where drafting can gain more than a little: one probe is a few
+            # outcomes, and the rounds after it say more.
             self._probing = False
             self._tokens_since_probe = 0
-            self.on = best > self.ON_ABOVE or not self._unlikely_to_pay()
+            may_pay = self.ceiling_speedup() > self.PROBE_CEILING and not self._unlikely_to_pay()
+            self.on = best > self.ON_ABOVE or may_pay
         elif self.on and best < self.OFF_BELOW and self._unlikely_to_pay():
             self.on = False
             self._tokens_since_probe = 0
@@ -410,13 +435,17 @@ class GammaController:
             self.on = True
 
     def _unlikely_to_pay(self) -> bool:
-        """Whether drafting would not pay even if acceptance were one standard
-        error better than estimated. Switching off is not free: a draft model
-        must re-read what it skipped before it can be tried again, so its
-        probes are rare. Simulated at α = 0.95 with F32 + Q4_1 costs (γ = 8
-        makes 1.18x), switching off on the estimate alone left a draft model
-        off for 98 % of the rounds after two early rejections."""
-        optimistic = self.pricing.speedups(self.acceptance.optimistic(), self._kind())
+        """Whether drafting would not pay even if acceptance were OFF_Z
+        standard errors better than estimated. Switching off is not free: a
+        draft model must re-read what it skipped before it can be tried again,
+        so its probes are rare. Simulated at α = 0.95 with F32 + Q4_1 costs
+        (γ = 8 makes 1.18x), switching off on the estimate alone left a draft
+        model off for 98 % of the rounds after two early rejections. At one
+        standard error, Gemma ×4 drafted through text switched off after two
+        missed first tokens at the start of a reply; replayed on a weaker draft
+        (55 % landing), adaptive ÷ the best fixed γ went from 0.95 at 1 to 0.99
+        at 1.5, a draft landing 3 % still off within a few rounds."""
+        optimistic = self.pricing.speedups(self.acceptance.optimistic(self.OFF_Z), self._kind())
         return float(optimistic.max()) < self.OFF_BELOW
 
     def choose(self, hints: Sequence[int]) -> int:
