@@ -443,7 +443,7 @@ def test_bench_regimes_with_pairs_of_two_networks(
               "--drafters", "draft", "--prompts", prompts, "--max-tokens", "8", "--threads", "2",
               "--json"]  # fmt: skip
     runs = {
-        "text": [*common, "--raw", "--draft", gemma_q4_k_m, "--fixed", "2"],
+        "text": [*common, "--raw", "--draft", gemma_q4_k_m, "--fixed", "2", "--fresh"],
         "weaker": [*common, "--draft-without", "3", "--fixed", "none"],
     }
     reports = {}
@@ -460,6 +460,11 @@ def test_bench_regimes_with_pairs_of_two_networks(
     # Chains only (no trees through text), the fixed γ asked for.
     assert set(text["suites"]["ALL"]["modes"]) == {"target-only", "adaptive", "fixed=2"}
     assert text["suites"]["ALL"]["modes"]["fixed=2"]["drafted_tokens"] > 0
+    # Prompt by prompt: adaptive (from nothing learned, --fresh) ÷ that prompt's best fixed γ.
+    assert reports["text"]["fresh"] is True
+    (row,) = text["suites"]["ALL"]["per_prompt"]
+    assert (row["prompt"], row["best_fixed"]) == ("code #1", "fixed=2")
+    assert text["suites"]["ALL"]["worst_prompt"] == row
     (weaker,) = reports["weaker"]["pairs"]
     derived = f"{q4_1_first8.stem}.without-3.gguf"
     assert (weaker["draft"], weaker["draft_how"]) == (derived, "tokens")

@@ -160,8 +160,10 @@ def _judged_ratio(row: dict[str, Any]) -> float:
 
 
 def _per_prompt(cell: Cell, fixed: list[str]) -> list[dict[str, Any]]:
-    """``prompt_regret`` of adaptive in ``cell``, each row with its prompt's label."""
-    rows = prompt_regret(cell.prompt_rates, "adaptive", fixed, TARGET_ONLY)
+    """``prompt_regret`` of adaptive in ``cell`` against the fixed chains (adaptive
+    drafts chains, as the app does with trees off), each row with its prompt's label."""
+    chains = [m for m in fixed if parse_fixed(m)[1] == 0]
+    rows = prompt_regret(cell.prompt_rates, "adaptive", chains, TARGET_ONLY)
     for row in rows:
         i = int(row["index"])
         row["prompt"] = cell.prompts[i] if i < len(cell.prompts) else f"#{i + 1}"

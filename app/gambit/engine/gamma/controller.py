@@ -146,6 +146,12 @@ class GammaController:
     # the best fixed γ without it, 1.17x at 128 (1.24x at 64, where a draft
     # that never lands cost 3.3 % over 4,000 tokens; 3.1 % at 128).
     EVIDENCE_HALF_LIFE = 128
+    # ... but not where even the estimate says a round loses more than this:
+    # optimism per position compounds over a round's draft, and Gemma-3-270M
+    # drafting through text for SmolLM2 ×4 (a draft step ~0.3 of a target
+    # step, ~2 target steps a round of 4) stayed on for 8 rounds expected at
+    # 0.69-0.89x after a probe whose 3 drafts landed.
+    EXPLORE_FLOOR = 0.85
     # Switching off needs acceptance this many standard errors above its
     # estimate to lose (``_unlikely_to_pay``).
     OFF_Z = 1.5
@@ -427,8 +433,12 @@ class GammaController:
             self._probing = False
             self._tokens_since_probe = 0
             may_pay = self.ceiling_speedup() > self.PROBE_CEILING and not self._unlikely_to_pay()
-            self.on = best > self.ON_ABOVE or may_pay
-        elif self.on and best < self.OFF_BELOW and self._unlikely_to_pay():
+            self.on = best > self.ON_ABOVE or (best >= self.EXPLORE_FLOOR and may_pay)
+        elif (
+            self.on
+            and best < self.OFF_BELOW
+            and (best < self.EXPLORE_FLOOR or self._unlikely_to_pay())
+        ):
             self.on = False
             self._tokens_since_probe = 0
         elif not self.on and best > self.ON_ABOVE:
