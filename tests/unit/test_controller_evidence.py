@@ -184,3 +184,38 @@ def test_positions_rarely_tried_are_tried_where_they_may_pay() -> None:
         ctrl.pricing.expected_speedup(ctrl.acceptance, gamma), rel=0.02
     )
     assert ctrl.decision.expected_speedup <= by_estimate[2]
+
+
+def test_optimism_does_not_keep_a_draft_on_where_the_estimate_loses_much() -> None:
+    # Gemma-3-270M drafting through text for SmolLM2 ×4: a draft step costs
+    # 0.29 of a target step and a round 0.9 more (syncing the text). Its first
+    # probe missed; a later one whose drafts all landed leaves the estimate
+    # near 0.7x: off, not eight rounds of losing on optimism.
+    costs = CostModel(GAMMA_MAX + 1)
+    for k in range(1, GAMMA_MAX + 2):
+        costs.set_target(k, 0.076 * (1 + 0.13 * (k - 1)))
+    costs.t_draft = 0.29 * 0.076
+    costs.draft_extra_ratio = 0.9
+    ctrl = GammaController(costs, gamma_max=GAMMA_MAX)
+
+    def probed(accepted: bool) -> None:
+        gamma = ctrl.decide_gamma()
+        assert ctrl.decision.probing
+        n = gamma if accepted else 0
+        outcomes = (True,) * gamma if accepted else (False,)
+        t_draft = (0.29 * gamma + 0.9) * 0.076
+        t_verify = 0.076 * (1 + 0.13 * gamma)
+        rnd = Round(
+            index=0, tokens=tuple(range(n + 1)), text="", gamma=gamma, n_drafted=gamma,
+            n_accepted=n, outcomes=outcomes, t_draft_s=t_draft, t_verify_s=t_verify,
+            elapsed_s=0.0,
+        )  # fmt: skip
+        ctrl.observe(rnd)
+
+    probed(accepted=False)
+    assert not ctrl.on
+    ctrl._tokens_since_probe = GammaController.PROBE_MAX  # the next probe is due
+    probed(accepted=True)
+    assert ctrl.decision.best_speedup < GammaController.EXPLORE_FLOOR
+    assert not ctrl.on
+    assert ctrl.decide_gamma() == 0
