@@ -66,12 +66,12 @@ def test_one_missed_first_token_does_not_switch_a_pair_off() -> None:
     ctrl = new_controller()
     probe = ctrl.decide_gamma()
     assert ctrl.decision.probing
-    # The first probe is sized by what is known (a prior), not the best case.
-    assert 2 <= probe < GAMMA_MAX
     ctrl.observe(played(probe, 0))
     assert ctrl.on
     assert ctrl.decide_gamma() > 0
     assert ctrl.decision.reason.startswith("on:")
+    # A probe after it is sized by what is known, not the best case.
+    assert ctrl.probe_gamma < probe
 
 
 def test_a_run_of_misses_switches_off_and_one_miss_does_not() -> None:
