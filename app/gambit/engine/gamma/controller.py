@@ -18,8 +18,8 @@ copied passage without flapping on one round's noise.
 
 While off, nothing is learned about acceptance, so the policy probes: a
 draft of the length that would pay best with acceptance as optimistic as the
-evidence allows (not the best case: a probe of 16 that misses its first token
-wastes 16 draft steps), as often as keeps probing under a share of the plain
+evidence allows (a hint's first probe, with nothing seen, the best case), as
+often as keeps probing under a share of the plain
 decoding time: 2 % once much is known, up to 20 % while little is, the
 outcomes seen counting less as the text moves on (a failed probe
 wastes its draft and the larger batch; a draft model must first re-read what
@@ -38,10 +38,12 @@ and a short answer.
 
 Switching off is not free either: a draft model switched off must re-read
 what it skipped before it is tried again. So it switches off only where
-drafting would not pay even with acceptance one standard error above its
+drafting would not pay even with acceptance OFF_Z standard errors above its
 estimate, which after a few rounds is worth little; and a probe switches it
 on unless the same optimistic estimate says it cannot pay, so that one
-missed first token is weighed with the rounds after it, not alone.
+missed first token is weighed with the rounds after it, not alone. Optimism
+keeps it on only while the estimate itself expects a round to lose less than
+EXPLORE_FLOOR allows.
 
 Token trees add a second knob, w side nodes next to the main chain of γ.
 Their worth is measured the same way: ``side_gain`` is the running mean of
