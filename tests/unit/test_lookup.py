@@ -15,9 +15,9 @@ def draft(drafter: PromptLookupDrafter, context: list[int], n_max: int) -> Draft
 
 
 def agreement(tokens: list[int], end: int) -> int:
-    """How many tokens before ``end`` equal the last ones of ``tokens`` (at most 8)."""
+    """How many tokens before ``end`` equal the last ones of ``tokens`` (at most 16)."""
     m = 0
-    while m < 8 and m < end and tokens[end - 1 - m] == tokens[-1 - m]:
+    while m < 16 and m < end and tokens[end - 1 - m] == tokens[-1 - m]:
         m += 1
     return m
 
@@ -215,7 +215,8 @@ def test_hint_buckets_the_length_of_the_copied_stretch() -> None:
     assert lookup.hint([*source, 5, 6, 107, 108]) == 1  # 2 tokens agree
     assert lookup.hint([*source, 5, 106, 107, 108]) == 2  # 3
     assert lookup.hint([*source, 5, *source[2:8]]) == 3  # 6
-    assert lookup.hint([*source, 5, *source[:12]]) == 4  # 12, counted up to 8
+    assert lookup.hint([*source, 5, *source[:12]]) == 4  # 12
+    assert lookup.hint([*source, 5, *source[:18]]) == 5  # 18, counted up to 16
 
 
 def test_the_match_agreeing_furthest_back_is_copied() -> None:

@@ -40,8 +40,8 @@ from gambit.engine.verification.sampling import SamplingParams
 
 class CombinedDrafter:
     """``ChoosingDrafter`` over a draft model (hint 0) and prompt lookup
-    (hints ``LOOKUP_HINTS`` + its hint: 1-4 by match length in the context,
-    5-7 copied from the history; ``CHECKED_HINTS`` + its hint: the same copy
+    (hints ``LOOKUP_HINTS`` + its hint: 1-5 by match length in the context,
+    6-8 copied from the history; ``CHECKED_HINTS`` + its hint: the same copy
     checked by the draft model). Where both the conversation and the history
     have a match, both are offered: the policy learns each apart."""
 

@@ -58,11 +58,13 @@ the batch costs (a small CPU) the measured gain must beat it.
 
 A drafter with two sources (the draft model and prompt lookup) offers both
 each round where lookup has a match, and ``choose`` takes the one whose best
-round is expected to pay more, each with its own acceptance (by hint) and its
-own cost: a lookup draft costs no draft steps, but the draft model must read
-the tokens it supplied before it drafts again, so each is priced at that
-catch-up (``CostModel.catch_up_cost``). A lookup copy can also be offered
-checked by the draft model (read in one batch, cut where the model's top
+round is expected to pay more, each with its own acceptance (by hint, as
+optimistic as its own evidence allows: an option tried once is tried again
+until its estimate stands on its own) and its own cost: a lookup draft costs
+no draft steps, but the draft model must read the tokens it supplied before
+it drafts again, so each is priced at that catch-up
+(``CostModel.catch_up_cost``). A lookup copy can also be offered checked by
+the draft model (read in one batch, cut where the model's top
 choice differs): priced at reading γ tokens now, with the acceptance
 learned for checked copies apart. It is an option only where the model
 reads a token for well under a draft step (a GPU, where a batch costs about
@@ -473,7 +475,8 @@ class GammaController:
 
     def choose(self, hints: Sequence[int]) -> int:
         """The option (a hint per source, the drafter's preferred first) whose
-        round is expected to pay best, by its own acceptance and cost; an
+        round is expected to pay best, by its own acceptance (as optimistic as
+        its own evidence allows) and cost; an
         option never drafted for first (``decide_gamma`` probes it: its
         acceptance is only the prior). Outside the adaptive mode, the
         drafter's preference."""
@@ -489,7 +492,16 @@ class GammaController:
             if not acceptance.seen.any():
                 return hint
             on = self._on[hint]
-            speedup = self.pricing.best(acceptance, self._kind(hint))[2] if on else self.OFF_BELOW
+            # Judged as optimistically as each option's γ is (EXPLORE_Z): an
+            # option tried once (a copy that landed 11 of 11) reads well below
+            # one tried a hundred times at the same rate, and judged by the
+            # estimate it was never chosen again to show otherwise.
+            kind = self._kind(hint)
+            speedup = (
+                self.pricing.optimistic_best(acceptance, kind, self.EXPLORE_Z)
+                if on
+                else self.OFF_BELOW
+            )
             if speedup > best:
                 chosen, best = hint, speedup
             if not on:

@@ -116,6 +116,11 @@ class RoundPricing:
         expected = self.speedups(acceptance.estimate(), kind)[g, w]
         return int(g) + 1, int(w), float(expected)
 
+    def optimistic_best(self, acceptance: AcceptanceModel, kind: SourceKind, z: float) -> float:
+        """The best expected speedup with acceptance ``z`` standard errors
+        above its estimate (``AcceptanceModel.optimistic``)."""
+        return float(self.speedups(acceptance.optimistic(z), kind).max())
+
     def ceiling(self, kind: SourceKind) -> float:
         """The best expected speedup of a chain if every draft token were accepted."""
         return float(self.speedups(np.ones(self.gamma_max), kind)[:, 0].max())
