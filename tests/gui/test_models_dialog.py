@@ -115,8 +115,13 @@ def _label(dialog: ModelsDialog, name: str) -> QLabel:
 
 
 def _drafts(dialog: ModelsDialog) -> list[str]:
+    """The drafts listed, or the wrapped message that there are none."""
     lst = dialog.findChild(QListWidget, "draftsList")
+    empty = _label(dialog, "draftsEmpty")
     assert lst is not None
+    if not empty.isHidden():
+        assert lst.isHidden()  # (never both)
+        return [empty.text()]
     return [lst.item(i).text() for i in range(lst.count())]
 
 

@@ -250,10 +250,23 @@ class KernelChoice:
                 f"{r.argmax_flips} greedy flip(s) of {rows} in the probe{on})"
             )
         refused = [x for x in self.verdict.results if not x.ok]
-        skipped = "; unusable here: " + ", ".join(
-            f"{x.config.describe()} ({x.error})" for x in refused
+        skipped = "; not used on this CPU: " + ", ".join(
+            f"{x.config.describe()} ({refusal_words(x.error)})" for x in refused
         )
         return f"{text}, {exactness}" + (skipped if refused else "")
+
+
+def refusal_words(error: str) -> str:
+    """Why the probe refused a configuration, in words for a user: the probe's
+    own test process failed on llama.cpp's kernels, not the app (``error`` is
+    the probe's record: "crashed (SIGSEGV)", "hung (...)", "failed (...)")."""
+    kind, _, detail = error.partition(" ")
+    detail = detail.strip("()")
+    if kind == "crashed":
+        return f"llama.cpp's kernels fail here: its test run stopped with {detail}"
+    if kind == "hung":
+        return "llama.cpp's kernels hang here" + (f": {detail}" if detail else "")
+    return f"llama.cpp's kernels fail here: {error}" if error else "llama.cpp's kernels fail here"
 
 
 def build_id() -> str:

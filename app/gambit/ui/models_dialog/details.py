@@ -137,14 +137,25 @@ class DraftsGroup(QGroupBox):
         drafts = QVBoxLayout()
         drafts.setSpacing(4)
         drafts.addWidget(self.list)
-        drafts.addWidget(
-            theme.muted_label(
-                "Same tokenizer and smaller, smallest first: the first is the suggestion."
-            )
+        # (a label, not a list row: a row is one line, elided mid-word)
+        self.empty_label = theme.muted_label(
+            "None yet: derive one below, or import a much smaller model (a sibling "
+            "drafts token for token, another family through text)."
         )
+        self.empty_label.setObjectName("draftsEmpty")
+        self.empty_label.setWordWrap(True)
+        self.empty_label.hide()
+        drafts.addWidget(self.empty_label)
+        self.caption = theme.muted_label(
+            "Much smaller models, smallest first: the same tokenizer drafts token for "
+            "token, another through text. The first is the suggestion."
+        )
+        self.caption.setWordWrap(True)
+        drafts.addWidget(self.caption)
         self.setLayout(drafts)
 
     def show_failure(self, why: str) -> None:
+        self._show_empty(False)
         self.list.clear()
         item = QListWidgetItem(f"Could not check: {why}")
         item.setFlags(Qt.ItemFlag.NoItemFlags)
@@ -154,13 +165,7 @@ class DraftsGroup(QGroupBox):
         """``drafts`` for the selection, the suggestion first; those whose paths
         are in ``through_text`` have another tokenizer (they draft through text)."""
         self.list.clear()
-        if not drafts:
-            item = QListWidgetItem(
-                "None yet: derive one below, or import a much smaller model (a sibling "
-                "drafts token for token, another family through text)."
-            )
-            item.setFlags(Qt.ItemFlag.NoItemFlags)
-            self.list.addItem(item)
+        self._show_empty(not drafts)
         for i, info in enumerate(drafts):
             text = f"{info.path.name}  ·  {format_bytes(info.file_size)}"
             if str(info.path) in through_text:
@@ -176,6 +181,12 @@ class DraftsGroup(QGroupBox):
                 item.setFont(font)
             self.list.addItem(item)
         self._fit()
+
+    def _show_empty(self, empty: bool) -> None:
+        """The wrapped "none yet" message in place of the list and its caption."""
+        self.empty_label.setVisible(empty)
+        self.list.setVisible(not empty)
+        self.caption.setVisible(not empty)
 
     def _fit(self) -> None:
         """As tall as its rows (up to four), so one suggestion leaves no blank box."""
@@ -239,7 +250,8 @@ class DetailsPane(QWidget):
         self.use_target_button.setToolTip("The model that writes the reply")
         self.use_draft_button = button("Use as draft", "useDraftButton")
         self.use_draft_button.setToolTip(
-            "The small model that guesses ahead for the target; it must share its tokenizer"
+            "The much smaller model that guesses ahead for the target: token for token "
+            "with its tokenizer, through text with another"
         )
         use_row = QHBoxLayout()
         use_row.setSpacing(6)

@@ -103,7 +103,9 @@ class SettingsPages(QDialog):
 
         self.draft_model_edit = QLineEdit()
         self.draft_model_edit.setObjectName("draftModelEdit")
-        self.draft_model_edit.setPlaceholderText("A .gguf file with the target's tokenizer")
+        self.draft_model_edit.setPlaceholderText(
+            "A much smaller .gguf model (another tokenizer drafts through text)"
+        )
         self.draft_model_edit.setClearButtonEnabled(True)
         draft_row, self.draft_browse = self._file_row(
             self.draft_model_edit, "draftModelBrowse", "Choose the draft model"

@@ -227,7 +227,7 @@ class StatsPanel(QDockWidget):
         self._kernels.setText(kernels)
         self._kernels.setToolTip(
             "How llama.cpp runs the target on this CPU, chosen by a one-time probe "
-            "(configurations that crashed or hung there are never used)."
+            "(configurations whose kernels fail or hang there are never used)."
             if kernels
             else ""
         )
