@@ -19,6 +19,7 @@ from gambit.storage.settings import SettingsStore
 from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings.settings_dialog import SettingsDialog
 from gambit.ui.window.main_window import MainWindow
+from gambit.ui.window.shortcuts_dialog import ShortcutsDialog
 
 MENUS = {
     "fileMenu": (
@@ -51,7 +52,7 @@ MENUS = {
         "Tools",
         ["speculationAction", "modelsAction", "settingsAction", "measureAction", "serverAction"],
     ),
-    "helpMenu": ("Help", ["aboutAction", "openLogsAction"]),
+    "helpMenu": ("Help", ["shortcutsAction", "aboutAction", "openLogsAction"]),
 }
 SHORTCUTS = {
     "newChatAction": "Ctrl+N",
@@ -70,6 +71,7 @@ SHORTCUTS = {
     "continueAction": "Ctrl+Shift+Return",
     "previousMessageAction": "Alt+Up",
     "nextMessageAction": "Alt+Down",
+    "shortcutsAction": "Ctrl+/",
 }
 
 
@@ -234,13 +236,43 @@ def test_about_names_version_llama_cpp_backend_and_kernels(
         assert isinstance(found, QMessageBox) and found.isVisible()
         return found
 
-    qtbot.waitUntil(lambda: box() is not None, timeout=30_000)
+    # Open at once, before any event is processed: the details (a kernel
+    # probe on a first start) are collected in the background and only
+    # delivered by the event loop, so they cannot have been waited for.
+    assert "Collecting version details" in box().text()
+    assert f"Gambit {__version__}" in box().text()
+    qtbot.waitUntil(lambda: "llama-cpp-python:" in box().text(), timeout=30_000)
     text = box().text()
     assert f"Gambit {__version__}" in text
     for key in ("llama-cpp-python:", "backend:", "kernels"):
         assert key in text, text
     assert "log folder:" in box().detailedText()
     box().close()
+
+
+def test_keyboard_shortcuts_lists_every_action_that_has_one(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    _action(window, "shortcutsAction").trigger()
+    dialog = window.findChild(ShortcutsDialog, "shortcutsDialog")
+    assert isinstance(dialog, ShortcutsDialog) and dialog.isVisible()
+    rows = dict(dialog.rows())
+    native = QKeySequence.SequenceFormat.NativeText
+    # Every action of the window with a shortcut, by its name, with its keys...
+    with_keys = [a for a in window.findChildren(QAction) if not a.shortcut().isEmpty()]
+    assert len(with_keys) >= len(SHORTCUTS)
+    for action in with_keys:
+        name = action.text().replace("&", "").removesuffix("…").strip()
+        assert action.shortcut().toString(native) in rows[name], name
+    # ...the menus' (the toolbar's, the panel's toggle) among them...
+    for name, keys in SHORTCUTS.items():
+        label = _action(window, name).text().replace("&", "").removesuffix("…").strip()
+        assert QKeySequence(keys).toString(native) in rows[label], name
+    assert rows["Statistics panel"] == QKeySequence("F9").toString(native)
+    # ...and the message box's own keys, which are no actions.
+    assert rows["Send the message"] == QKeySequence("Return").toString(native)
+    assert len(rows) == len(dialog.rows())  # each once
+    dialog.close()
 
 
 class _UrlCatcher(QObject):

@@ -23,6 +23,7 @@ from gambit.storage.chat_files.chat_export import ExportFormat
 from gambit.storage.paths import log_dir
 from gambit.storage.settings import Settings
 from gambit.ui.window.chat_files import ChatFiles
+from gambit.ui.window.shortcuts_dialog import ShortcutsDialog, shortcut_rows
 from gambit.ui.window.window_layout import WindowPanes
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ class MenuBar(QObject):
         self._build_actions()
         self._build_menus()
         self._about: _AboutFetcher | None = None
+        self._about_box: QMessageBox | None = None  # while it is open
         self._measure: MeasureDialog | None = None  # one per window: it outlives a close mid-run
         self._server: ServerDialog | None = None
 
@@ -197,6 +199,15 @@ class MenuBar(QObject):
         )  # fmt: skip
         self.server.triggered.connect(self.open_server)
 
+        self._build_help_actions()
+
+    def _build_help_actions(self) -> None:
+        """Help → Keyboard shortcuts, About Gambit, Open log folder."""
+        self.shortcuts = self._action(
+            "&Keyboard shortcuts", "shortcutsAction", "Every keyboard shortcut of the window",
+            [QKeySequence("Ctrl+/")],
+        )  # fmt: skip
+        self.shortcuts.triggered.connect(self.show_shortcuts)
         self.about = self._action("&About Gambit", "aboutAction", "Version and backend", [])
         self.about.setMenuRole(QAction.MenuRole.AboutRole)
         self.about.triggered.connect(self.show_about)
@@ -260,7 +271,7 @@ class MenuBar(QObject):
         tools.addSeparator()
         tools.addAction(self.measure)
         tools.addAction(self.server)
-        menus["helpMenu"].addActions([self.about, self.open_logs])
+        menus["helpMenu"].addActions([self.shortcuts, self.about, self.open_logs])
         self.menus = menus
 
     # ------------------------------------------------------------------- slots
@@ -351,26 +362,53 @@ class MenuBar(QObject):
 
     @Slot()
     def show_about(self) -> None:
-        """Open the About box once the details are collected (in the background)."""
-        if self._about is not None:
-            return  # already collecting
-        self._about = _AboutFetcher(self)
-        self._about.ready.connect(self._on_about_ready, Qt.ConnectionType.QueuedConnection)
-        self.window.statusBar().showMessage("Collecting version details…", 3000)
-        self._about.start()
+        """Open the About box at once; the backend's details fill it in as they
+        arrive (collected in the background: a first kernel probe takes seconds)."""
+        if self._about_box is not None:
+            self._about_box.raise_()
+            self._about_box.activateWindow()
+            return
+        box = QMessageBox(
+            QMessageBox.Icon.NoIcon, "About Gambit", about_text(None), parent=self.window
+        )
+        box.setObjectName("aboutDialog")
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.destroyed.connect(self._on_about_closed)
+        self._about_box = box
+        box.open()
+        if self._about is None:  # (else the details are on their way already)
+            self._about = _AboutFetcher(self)
+            self._about.ready.connect(self._on_about_ready, Qt.ConnectionType.QueuedConnection)
+            self._about.start()
+
+    @Slot()
+    def _on_about_closed(self) -> None:
+        self._about_box = None
 
     @Slot(list)
     def _on_about_ready(self, lines: list[str]) -> None:
         self._about = None
-        shown = [line for line in lines if line.split(":")[0].split(" (")[0] in ABOUT_KEYS]
-        text = (
-            f"<h3>Gambit {__version__}</h3>"
-            "<p>Local chat with speculative decoding that shows its bet.</p>"
-            + "".join(f"<p>{html.escape(line)}</p>" for line in shown)
-        )
-        box = QMessageBox(QMessageBox.Icon.NoIcon, "About Gambit", text, parent=self.window)
-        box.setObjectName("aboutDialog")
-        box.setTextFormat(Qt.TextFormat.RichText)
+        box = self._about_box
+        if box is None:
+            return  # closed before the details came
+        box.setText(about_text(lines))
         box.setDetailedText("\n".join(lines))
-        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        box.open()
+
+    @Slot()
+    def show_shortcuts(self) -> None:
+        """Help → Keyboard shortcuts: the window's shortcuts, read from its actions now."""
+        ShortcutsDialog(shortcut_rows(self.window), self.window).open()
+
+
+def about_text(lines: list[str] | None) -> str:
+    """The About box's text: the version, then the ``about_lines()`` that
+    ``ABOUT_KEYS`` names (None: while they are being collected)."""
+    head = (
+        f"<h3>Gambit {__version__}</h3>"
+        "<p>Local chat with speculative decoding that shows its bet.</p>"
+    )
+    if lines is None:
+        return head + "<p><i>Collecting version details…</i></p>"
+    shown = [line for line in lines if line.split(":")[0].split(" (")[0] in ABOUT_KEYS]
+    return head + "".join(f"<p>{html.escape(line)}</p>" for line in shown)

@@ -37,6 +37,11 @@ class InputEdit(QPlainTextEdit):
     """Enter sends, Shift+Enter starts a new line."""
 
     submitted = Signal()
+    # Its own keys (not actions), as Help → Keyboard shortcuts lists them.
+    KEYS: tuple[tuple[str, str], ...] = (
+        ("Send the message", "Return"),
+        ("Start a new line in the message", "Shift+Return"),
+    )
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
