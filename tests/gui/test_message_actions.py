@@ -203,6 +203,29 @@ def test_branch_delete_and_regenerate_any_reply(
     assert q2.content not in [r[1] for r in again]  # the messages after it went
 
 
+def test_an_action_that_cannot_read_the_conversation_says_which(
+    qtbot: QtBot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    send(qtbot, window, "Name a colour.")
+    errors: list[tuple[str, str]] = []
+    monkeypatch.setattr(window, "show_error", lambda title, message, warning=False: errors.append(
+        (title, message)))  # fmt: skip
+
+    def unreadable(conversation_id: int) -> list[StoredMessage]:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(window.store, "messages", unreadable)
+    for name, done in (
+        ("editMessageAction", "edited"),
+        ("branchAction", "branched"),
+        ("deleteMessageAction", "deleted"),
+        ("regenerateAction", "regenerated"),
+    ):
+        choose(menu_on(window, 1 if name != "editMessageAction" else 0), name)
+        assert errors[-1][0] == f"The message could not be {done}", errors
+    assert all("disk I/O error" in message for _, message in errors)
+
+
 STORY = "Write a long story about a lighthouse keeper."
 
 

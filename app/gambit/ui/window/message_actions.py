@@ -74,6 +74,8 @@ _ACTIONS = (
     ("previousMessageAction", "&Previous message", "Alt+Up", "Make the message above current"),
     ("nextMessageAction", "&Next message", "Alt+Down", "Make the message below current"),
 )  # fmt: skip
+# What each action that reads the stored conversation does, for its error line.
+_DONE = {"edit": "edited", "branch": "branched", "delete": "deleted", "regenerate": "regenerated"}
 
 
 def confirm(parent: QWidget, title: str, text: str, yes: str, then: Callable[[], None]) -> None:
@@ -213,7 +215,7 @@ class MessageActions(QObject):
         try:
             stored = self.window.store.messages(conv_id)
         except Exception as exc:
-            self.window.report(f"The message could not be {what}d", exc)
+            self.window.report(f"The message could not be {_DONE[what]}", exc)
             return None
         if all(m.id != message.id for m in stored):  # (gone since it was shown)
             self.host.show_conversation(conv_id)
