@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QFontMetrics
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox, QToolButton, QWidget
 from pytestqt.qtbot import QtBot
 
@@ -62,7 +62,14 @@ def drop(target: QWidget, *paths: Path) -> bool:
 
 
 def chips(window: MainWindow) -> list[str]:
-    return [c.text() for c in window.attachment_bar.findChildren(QToolButton, "attachmentChip")]
+    """The chips' texts; each has an icon and no character its font cannot draw
+    (an emoji drew a box with the fonts the app ships with)."""
+    found = window.attachment_bar.findChildren(QToolButton, "attachmentChip")
+    for chip in found:
+        assert not chip.icon().isNull()
+        metrics = QFontMetrics(chip.font())
+        assert all(metrics.inFontUcs4(ord(c)) for c in chip.text() if not c.isspace()), chip.text()
+    return [c.text() for c in found]
 
 
 def stored_contents(db: Path) -> list[tuple[str, str]]:
@@ -84,7 +91,7 @@ def test_a_dropped_file_goes_with_the_message_and_shows_collapsed(
     notes.write_text(NOTES, encoding="utf-8")
     assert drop(window.input.viewport(), notes)  # on the input box: not pasted as a path
     assert window.input.toPlainText() == ""
-    assert chips(window) == ["📄 notes.md · 117 B  ✕"]
+    assert chips(window) == ["notes.md · 117 B  ✕"]
     window.input.setPlainText("Who orders the chairs?")
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.generating, timeout=REPLY_TIMEOUT_MS)
@@ -96,7 +103,9 @@ def test_a_dropped_file_goes_with_the_message_and_shows_collapsed(
     engine = window.worker._engine
     assert engine is not None and "Marta orders forty" in engine.target.detokenize(engine.context)
     shown = window.chat.toPlainText()
-    assert "📄 notes.md · 117 B" in shown and "Marta" not in shown  # collapsed
+    assert "notes.md · 117 B" in shown and "Marta" not in shown  # collapsed
+    assert "📄" not in shown  # (the style's file icon, an image, stands before the name)
+    assert "gambit-icon:file" in window.chat.toHtml()
     window.chat.anchorClicked.emit(QUrl(f"{DOCUMENT_SCHEME}:0.0"))  # its Show link
     assert "Marta orders forty new chairs" in window.chat.toPlainText()
     assert window.store.get(window.conversation_id or -1).title == "Who orders the chairs?"
@@ -113,7 +122,7 @@ def test_a_picked_file_is_attached_and_a_binary_one_is_refused(
     assert isinstance(dialog, QFileDialog)
     dialog.selectFile(str(data))
     dialog.accept()
-    assert chips(window) == ["📄 data.csv · 21 B  ✕"]
+    assert chips(window) == ["data.csv · 21 B  ✕"]
 
     image = tmp_path / "photo.txt"  # named as text: its content decides
     image.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00")
@@ -121,7 +130,7 @@ def test_a_picked_file_is_attached_and_a_binary_one_is_refused(
     box = warning(qtbot, window)
     assert box.windowTitle() == "Not attached"
     assert "photo.txt was not attached: it holds NUL bytes" in box.text()
-    assert chips(window) == ["📄 data.csv · 21 B  ✕"]  # the text file stays, alone
+    assert chips(window) == ["data.csv · 21 B  ✕"]  # the text file stays, alone
     box.close()
 
 

@@ -36,9 +36,11 @@ from PySide6.QtGui import (
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
+    QTextDocument,
     QTextDocumentFragment,
+    QTextImageFormat,
 )
-from PySide6.QtWidgets import QMenu, QTextBrowser, QWidget
+from PySide6.QtWidgets import QMenu, QStyle, QTextBrowser, QWidget
 
 from gambit.engine.text.pacing import StreamPacer
 from gambit.storage.documents import Document, format_size, split
@@ -50,6 +52,7 @@ log = logging.getLogger(__name__)
 OPENABLE_SCHEMES: Final = frozenset({"http", "https", "mailto"})
 MESSAGE_GAP: Final = 14  # px under each message
 DOCUMENT_SCHEME: Final = "gambit-document"  # a link that shows or hides a document
+FILE_ICON: Final = QUrl("gambit-icon:file")  # the image an attached document's name follows
 
 
 @dataclass
@@ -267,6 +270,21 @@ class ChatView(QTextBrowser):
             # a body opening with a list or a table left an empty line above it
             QTextCursor(first).deletePreviousChar()
 
+    def _file_icon(self) -> QTextImageFormat:
+        """The style's file icon as an image of the document, a line high (not
+        an emoji: fonts without one draw a box)."""
+        size = self.fontMetrics().height()
+        if self.document().resource(QTextDocument.ResourceType.ImageResource, FILE_ICON) is None:
+            icon = self.style().standardIcon(QStyle.StandardPixmap.SP_FileIcon)
+            image = icon.pixmap(size, size).toImage()
+            self.document().addResource(QTextDocument.ResourceType.ImageResource, FILE_ICON, image)
+        image_format = QTextImageFormat()
+        image_format.setName(FILE_ICON.toString())
+        image_format.setWidth(size)
+        image_format.setHeight(size)
+        image_format.setVerticalAlignment(QTextCharFormat.VerticalAlignment.AlignMiddle)
+        return image_format
+
     def _insert_document(self, cursor: QTextCursor, document: Document, key: str) -> None:
         """An attached document: its name and size, and a link that shows its
         text (as it is, not as Markdown) or hides it again."""
@@ -274,7 +292,8 @@ class ChatView(QTextBrowser):
         cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         label = QTextCharFormat()
         label.setFontWeight(QFont.Weight.DemiBold)
-        cursor.insertText(f"📄 {document.name} · {format_size(document.size)}  ", label)
+        cursor.insertImage(self._file_icon())
+        cursor.insertText(f" {document.name} · {format_size(document.size)}  ", label)
         link = QTextCharFormat()
         link.setAnchor(True)
         link.setAnchorHref(f"{DOCUMENT_SCHEME}:{key}")

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMessageBox,
     QPlainTextEdit,
+    QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QToolButton,
@@ -120,7 +121,10 @@ class AttachmentBar(QWidget):
         for n, document in enumerate(self.documents):
             chip = QToolButton()
             chip.setObjectName("attachmentChip")
-            chip.setText(f"📄 {document.name} · {format_size(document.size)}  ✕")
+            # (the style's file icon, not an emoji: fonts without one draw a box)
+            chip.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_FileIcon))
+            chip.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+            chip.setText(f"{document.name} · {format_size(document.size)}  ✕")
             chip.setToolTip(f"Remove {document.name} from the message")
             chip.clicked.connect(lambda _=False, n=n: self.remove(n))
             self._row.insertWidget(n, chip)
