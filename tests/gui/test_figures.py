@@ -21,6 +21,7 @@ from gambit.cli.main import summary_line
 from gambit.engine.gamma.metrics import NO_FIGURE, format_rate, format_speedup
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.reply_stats import STOP_WORDS
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.stats.stats_panel import TOOLTIPS, format_ms
 from gambit.ui.window.main_window import MainWindow
@@ -69,6 +70,11 @@ def open_window(qtbot: QtBot, tmp_path: Path) -> Iterator[type[MainWindow]]:
         w.close()
 
 
+def ending(result: ReplyResult) -> str:
+    """What the footer says last of why ``result`` ended ("" where it ended on its own)."""
+    return f" · {STOP_WORDS[result.stop]}" if result.stop in STOP_WORDS else ""
+
+
 def reply(qtbot: QtBot, w: MainWindow, text: str = PROMPT) -> ReplyResult:
     results: list[ReplyResult] = []
     w.worker.finished.connect(results.append)
@@ -107,7 +113,7 @@ def test_footer_panel_history_and_cli_show_the_same_figures(
     busy = " · timed while the machine was busy" if snap.busy else ""  # (a loaded CI machine)
     assert footer == (
         f"{snap.n_tokens} tokens · {rate} · accepted {accepted}/{drafted} ({acceptance}) · "
-        f"{speedup.text()} vs plain{busy}"
+        f"{speedup.text()} vs plain{busy}{ending(result)}"
     )
 
     # The same footer when the conversation is read back from the history.
@@ -139,7 +145,8 @@ def test_a_reply_without_drafting_claims_no_speedup(
 
     footer = w.chat.messages[-1].footer
     busy = " · timed while the machine was busy" if snap.busy else ""
-    assert footer == f"{snap.n_tokens} tokens · {rate.text()}{busy}"  # no "× vs plain"
+    # (no "× vs plain")
+    assert footer == f"{snap.n_tokens} tokens · {rate.text()}{busy}{ending(result)}"
     speedup = shown(w, "speedupValue")
     assert speedup.text() == NO_FIGURE
     assert speedup.property("tone") == "neutral"  # no colour-coded guess either
@@ -189,7 +196,9 @@ def test_a_reply_timed_on_a_busy_machine_is_marked_everywhere(
         busy.wait(timeout=30)
     snap = result.snapshot
     assert snap.busy is not None and snap.busy.startswith("other programs used ")
-    assert w.chat.messages[-1].footer.endswith(" · timed while the machine was busy")
+    assert w.chat.messages[-1].footer.endswith(
+        " · timed while the machine was busy" + ending(result)
+    )
     line = shown(w, "busyValue")
     qtbot.waitUntil(line.isVisible, timeout=5000)
     assert snap.busy in line.text()

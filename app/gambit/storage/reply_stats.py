@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gambit.engine.gamma.metrics import format_accepted, format_rate, format_speedup
+from gambit.engine.text.reply import StopReason
 
 
 def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
@@ -30,35 +31,59 @@ def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
+# Why a reply ended, as its footer says it (a reply that ended on its own says nothing).
+STOP_WORDS: dict[str, str] = {
+    StopReason.MAX_TOKENS.value: "cut at the length limit",
+    StopReason.CONTEXT_FULL.value: "cut: the context is full",
+    StopReason.CANCELLED.value: "stopped",
+    "window closed": "interrupted",
+    "interrupted": "interrupted",
+}
+
+
+# The stops of a reply cut short on purpose (Stop, a closed window): not "unfinished".
+DELIBERATE_STOPS = frozenset({StopReason.CANCELLED.value, "window closed", "interrupted"})
+
+
 def reply_footer(stats: Mapping[str, Any] | None) -> str:
     """The line under a reply, from the figures stored with it (``"tokens"``,
     ``"tokens_per_s"``, ``"speedup"``, ...: see ``MainWindow``), formatted as
     the statistics panel and the CLI format them (``gambit.engine.gamma.metrics``).
 
     A speedup shows only where one was stored: a reply that drafted nothing
-    has none, and replies saved before it was stored are not guessed at.
+    has none, and replies saved before it was stored are not guessed at. A
+    continued reply counts its tokens in all, and says that its other figures
+    are its last part's.
     """
     if not stats:
         return ""
+    continued = bool(stats.get("continued"))
     parts = []
     if stats.get("tokens") is not None:
-        parts.append(f"{stats['tokens']} tokens")
+        parts.append(f"{stats['tokens']} tokens" + (" in all" if continued else ""))
+    figures = []  # (a continued reply's: its last part's)
+    if continued and stats.get("part_tokens") is not None:
+        figures.append(f"{stats['part_tokens']} tokens")
     if stats.get("tokens_per_s"):
-        parts.append(format_rate(float(stats["tokens_per_s"])))
+        figures.append(format_rate(float(stats["tokens_per_s"])))
     if stats.get("speculation") and stats.get("drafted_tokens"):
         # (absent from a record another version or a hand edit wrote: none)
         accepted, drafted = int(stats.get("accepted_tokens", 0)), int(stats["drafted_tokens"])
-        parts.append(format_accepted(accepted, drafted, _by_drafter(stats)))
+        figures.append(format_accepted(accepted, drafted, _by_drafter(stats)))
     if stats.get("speedup") is not None and stats.get("drafted_tokens"):
-        parts.append(f"{format_speedup(float(stats['speedup']))} vs plain")
+        figures.append(f"{format_speedup(float(stats['speedup']))} vs plain")
     if stats.get("speedup_withheld") and stats.get("drafted_tokens"):
-        parts.append("no speedup: the load changed")
+        figures.append("no speedup: the load changed")
     if stats.get("busy") and stats.get("tokens"):
-        parts.append("timed while the machine was busy")
+        figures.append("timed while the machine was busy")
+    if continued and figures:
+        parts.append("last part: " + ", ".join(figures))
+    else:
+        parts += figures
     stop = stats.get("stop")
-    if stop in ("cancelled", "window closed", "interrupted"):
-        parts.append("stopped" if stop == "cancelled" else "interrupted")
-    if stats.get("continued"):
+    if isinstance(stop, str) and stop in STOP_WORDS:
+        parts.append(STOP_WORDS[stop])
+    if continued:
         parts.append("continued")
     if stats.get("error"):
         parts.append(f"error: {stats['error']}")
@@ -94,6 +119,7 @@ STATS_KEYS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "stop": ("text", lambda v: isinstance(v, str)),
     "error": ("text or null", _or_null(lambda v: isinstance(v, str))),
     "tokens": ("a whole number of 0 or more, or null", _or_null(_count)),
+    "part_tokens": ("a whole number of 0 or more", _count),
     "drafted_tokens": ("a whole number of 0 or more", _count),
     "accepted_tokens": ("a whole number of 0 or more", _count),
     "accepted_by_drafter": ("an object", lambda v: isinstance(v, dict)),

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.chat_store.rows import ConversationSummary, StoredMessage
-from gambit.storage.reply_stats import reply_footer
+from gambit.storage.reply_stats import DELIBERATE_STOPS, reply_footer
 from gambit.words import counted
 
 FORMAT_NAME = "gambit-chats"
@@ -126,7 +126,7 @@ def _conversation_markdown(conv: ConversationSummary, messages: Sequence[StoredM
 
 def _reply_note(m: StoredMessage) -> str:
     footer = reply_footer(m.stats)
-    if m.complete or "stopped" in footer or "interrupted" in footer:
+    if m.complete or (m.stats or {}).get("stop") in DELIBERATE_STOPS:
         return footer
     return " · ".join(part for part in (footer, "unfinished") if part)
 

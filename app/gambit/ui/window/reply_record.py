@@ -46,10 +46,11 @@ def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
 
 def continued_stats(before: dict[str, Any] | None, stats: dict[str, Any]) -> dict[str, Any]:
     """The stats of a reply after Continue: the figures of its latest part
-    (its rate and speedup), the token count of the whole reply, and how many
-    times it was continued (the footer says "continued")."""
-    earlier = _count(before, "tokens")
-    return {**stats, "tokens": earlier + _count(stats, "tokens"),
+    (its tokens as ``part_tokens``, its rate and speedup), the token count of
+    the whole reply, and how many times it was continued (the footer says
+    "continued", and which figures are the last part's)."""
+    earlier, part = _count(before, "tokens"), _count(stats, "tokens")
+    return {**stats, "tokens": earlier + part, "part_tokens": part,
             "continued": _count(before, "continued") + 1}  # fmt: skip
 
 
