@@ -393,10 +393,21 @@ def test_tree_shape_shows_only_for_trees(qtbot: QtBot, panel: StatsPanel) -> Non
 
 def test_acceptance_is_by_depth(panel: StatsPanel) -> None:
     captions = [label.text() for label in panel.findChildren(QLabel)]
-    assert "Acceptance by depth" in captions
+    assert "Acceptance by depth, of the rounds that reached it" in captions
     assert not any("position" in c for c in captions)
     view = panel.findChild(QChartView, "acceptanceChart")
     assert view is not None and "depth d" in view.toolTip()
+
+
+def test_a_depth_reached_where_nothing_landed_reads_zero(qtbot: QtBot, panel: StatsPanel) -> None:
+    # Depth 1 landed in every round that reached it, depth 2 in none: a bar of
+    # no height draws no label, so its depth says "0%" (it was blank).
+    show(qtbot, panel, snap(acceptance_by_position=(1.0, 0.0, 0.5)))
+    assert bars(panel) == ([100.0, 0.0, 50.0], ["1", "2: 0%", "3"])
+    show(qtbot, panel, snap(acceptance_by_position=(1.0, 0.25, 0.5)))
+    assert bars(panel) == ([100.0, 25.0, 50.0], ["1", "2", "3"])
+    captions = [label.text() for label in panel.findChildren(QLabel)]
+    assert "Acceptance by depth, of the rounds that reached it" in captions
 
 
 def test_engine_line_shows_the_drafter_shape(panel: StatsPanel) -> None:

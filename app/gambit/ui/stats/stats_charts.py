@@ -14,7 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from PySide6.QtCharts import QChart, QChartView, QValueAxis
+from PySide6.QtCharts import (
+    QAbstractBarSeries,
+    QBarCategoryAxis,
+    QBarSeries,
+    QBarSet,
+    QChart,
+    QChartView,
+    QValueAxis,
+)
 from PySide6.QtCore import QMargins, QPointF, Qt
 from PySide6.QtGui import QBrush, QFont, QPainter, QPalette, QPen, QResizeEvent
 from PySide6.QtWidgets import QFrame, QSizePolicy
@@ -137,6 +145,59 @@ class ChartCard:
             axis.setGridLineColor(grid)
             axis.setLinePenColor(grid)
         self.chart.legend().setLabelColor(palette.color(QPalette.ColorRole.Text))
+
+
+class DepthChart(ChartCard):
+    """Acceptance by draft depth: a bar per depth, its percentage above it."""
+
+    def __init__(self, font: QFont) -> None:
+        super().__init__("acceptanceChart", font)
+        self.bars = QBarSet("acceptance")
+        self.bars.setLabelFont(font)
+        series = QBarSeries()
+        series.append(self.bars)
+        series.setBarWidth(0.6)
+        series.setLabelsVisible(True)
+        series.setLabelsFormat("@value%")
+        series.setLabelsPosition(QAbstractBarSeries.LabelsPosition.LabelsOutsideEnd)
+        self.chart.addSeries(series)
+        self.depths = QBarCategoryAxis()
+        self.depths.setLabelsFont(font)
+        self.depths.setGridLineVisible(False)
+        self.chart.addAxis(self.depths, Qt.AlignmentFlag.AlignBottom)
+        series.attachAxis(self.depths)
+        self.percent = self.value_axis(Qt.AlignmentFlag.AlignLeft)
+        set_range(self.percent, 0.0, 120.0, 25.0)  # (room for a label above 100 %; no tick there)
+        self.percent.setLabelFormat("%d%%")
+        series.attachAxis(self.percent)
+        self.show(())
+
+    def show(self, alphas: tuple[float, ...]) -> None:
+        """Show α_d for d = 1.. (nothing: one empty depth)."""
+        values = [float(round(a * 100)) for a in alphas]
+        if self.bars.count() != len(values):
+            self.bars.remove(0, self.bars.count())
+            self.bars.append(values)
+        else:
+            for i, x in enumerate(values):
+                if self.bars.at(i) != x:
+                    self.bars.replace(i, x)
+        # A bar of no height draws no label: a depth reached where none landed
+        # says so under it.
+        categories = [str(d) if x else f"{d}: 0%" for d, x in enumerate(values, 1)] or ["1"]
+        if self.depths.categories() != categories:
+            self.depths.setCategories(categories)
+
+    def fit_ticks(self) -> None:
+        """Percent labels every 25 where the plot is tall enough, else every 50."""
+        self.percent.setTickInterval(25.0 if self.max_ticks() >= 5 else 50.0)
+
+    def apply_palette(self, palette: QPalette) -> None:
+        super().apply_palette(palette)
+        teal = theme.pick(theme.TEAL, palette)
+        self.bars.setColor(teal)
+        self.bars.setBorderColor(teal)
+        self.bars.setLabelColor(palette.color(QPalette.ColorRole.WindowText))
 
 
 def gamma_steps(samples: deque[Sample]) -> list[QPointF]:

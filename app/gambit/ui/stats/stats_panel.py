@@ -15,10 +15,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Final
 
 from PySide6.QtCharts import (
-    QAbstractBarSeries,
-    QBarCategoryAxis,
-    QBarSeries,
-    QBarSet,
     QChartView,
     QLineSeries,
 )
@@ -47,6 +43,7 @@ from gambit.ui import theme
 from gambit.ui.stats.stats_charts import (
     TIME_UNIT,
     ChartCard,
+    DepthChart,
     Sample,
     gamma_steps,
     nice_step,
@@ -166,7 +163,6 @@ class StatsPanel(QDockWidget):
         self._snapshot: MetricsSnapshot | None = None
         self._dirty = False
         self._samples: deque[Sample] = deque(maxlen=MAX_POINTS)
-        self._n_positions = 0
         self._tones: dict[QLabel, Tone] = {}
 
         self._timer = QTimer(self)
@@ -265,7 +261,7 @@ class StatsPanel(QDockWidget):
         self._add_sample(snap)
         self._show_counters(snap)
         self._update_time_charts()
-        self._update_acceptance_chart(snap.acceptance_by_position)
+        self._depth_chart.show(snap.acceptance_by_position)
 
     def _add_sample(self, snap: MetricsSnapshot) -> None:
         sample = Sample(
@@ -344,29 +340,12 @@ class StatsPanel(QDockWidget):
 
     def _on_chart_resized(self) -> None:
         self._update_time_charts()
-        rows = self._acceptance_card.max_ticks()
-        self._percent_axis.setTickInterval(25.0 if rows >= 5 else 50.0)
-
-    def _update_acceptance_chart(self, alphas: tuple[float, ...]) -> None:
-        values = [round(a * 100) for a in alphas]
-        bars = self._acceptance_set
-        if len(values) != self._n_positions:
-            bars.remove(0, bars.count())
-            bars.append([float(x) for x in values])
-            self._positions_axis.setCategories([str(i) for i in range(1, len(values) + 1)])
-            self._n_positions = len(values)
-        else:
-            for i, x in enumerate(values):
-                if bars.at(i) != x:
-                    bars.replace(i, float(x))
+        self._depth_chart.fit_ticks()
 
     def _reset(self) -> None:
         self._samples.clear()
         self._update_time_charts()
-        self._acceptance_set.remove(0, self._acceptance_set.count())
-        self._positions_axis.clear()
-        self._positions_axis.setCategories(["1"])
-        self._n_positions = 0
+        self._depth_chart.show(())
         for label in self._values.values():
             label.setText(PLACEHOLDER)
         for label in self._shape_tile:
@@ -411,10 +390,6 @@ class StatsPanel(QDockWidget):
         dashed = QPen(muted, 1.5, Qt.PenStyle.DashLine)
         self._baseline_series.setPen(dashed)
         self._gamma_series.setPen(QPen(theme.pick(theme.VIOLET, palette), 2.0))
-        teal = theme.pick(theme.TEAL, palette)
-        self._acceptance_set.setColor(teal)
-        self._acceptance_set.setBorderColor(teal)
-        self._acceptance_set.setLabelColor(palette.color(QPalette.ColorRole.Base))
         for label, tone in list(self._tones.items()):
             del self._tones[label]
             self._set_tone(label, tone)
@@ -462,7 +437,7 @@ class StatsPanel(QDockWidget):
         layout.addWidget(self._build_tps_chart(), 1)
         layout.addWidget(self._chart_caption("γ over time"))
         layout.addWidget(self._build_gamma_chart(), 1)
-        layout.addWidget(self._chart_caption("Acceptance by depth"))
+        layout.addWidget(self._chart_caption("Acceptance by depth, of the rounds that reached it"))
         layout.addWidget(self._build_acceptance_chart(), 1)
         layout.addStretch(0)  # charts at their tallest: the rest stays below them
 
@@ -575,24 +550,6 @@ class StatsPanel(QDockWidget):
         return card.view
 
     def _build_acceptance_chart(self) -> QChartView:
-        card = self._acceptance_card = ChartCard("acceptanceChart", self._chart_font)
-        self._acceptance_set = QBarSet("acceptance")
-        self._acceptance_series = QBarSeries()
-        self._acceptance_series.append(self._acceptance_set)
-        self._acceptance_series.setBarWidth(0.6)
-        self._acceptance_series.setLabelsVisible(True)
-        self._acceptance_series.setLabelsFormat("@value%")
-        self._acceptance_series.setLabelsPosition(QAbstractBarSeries.LabelsPosition.LabelsInsideEnd)
-        self._acceptance_set.setLabelFont(self._chart_font)
-        card.chart.addSeries(self._acceptance_series)
-        self._positions_axis = QBarCategoryAxis()
-        self._positions_axis.setLabelsFont(self._chart_font)
-        self._positions_axis.setGridLineVisible(False)
-        card.chart.addAxis(self._positions_axis, Qt.AlignmentFlag.AlignBottom)
-        self._acceptance_series.attachAxis(self._positions_axis)
-        percent = self._percent_axis = card.value_axis(Qt.AlignmentFlag.AlignLeft)
-        set_range(percent, 0.0, 100.0, 25.0)
-        percent.setLabelFormat("%d%%")
-        self._acceptance_series.attachAxis(percent)
-        self._cards.append(card)
-        return card.view
+        self._depth_chart = DepthChart(self._chart_font)
+        self._cards.append(self._depth_chart)
+        return self._depth_chart.view
