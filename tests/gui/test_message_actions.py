@@ -166,6 +166,10 @@ def test_copy_and_edit_and_resend(qtbot: QtBot, window: MainWindow, tmp_path: Pa
     assert [(r[2], r[3]) for r in after][:1] == [("user", "Name a planet.")]
     assert [r[2] for r in after] == ["user", "assistant"] and after[1][3] and after[1][4] == 1
     assert window.chat.messages[0].text == "Name a planet."
+    # The title was made from the first message, so it follows the edit (list too).
+    assert window.store.get(window.conversation_id or -1).title == "Name a planet."
+    item = window.list.currentItem()
+    assert item is not None and item.text() == "Name a planet."
 
 
 def test_branch_delete_and_regenerate_any_reply(

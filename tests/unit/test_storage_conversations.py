@@ -18,7 +18,9 @@ from gambit.storage.chat_store.conversations import (
     ConversationStoreError,
     MessageNotFoundError,
     default_store_path,
+    message_title,
 )
+from gambit.storage.documents import Document, compose
 
 
 @pytest.fixture
@@ -333,3 +335,24 @@ def test_default_store_path_follows_gambit_home(
 ) -> None:
     monkeypatch.setenv("GAMBIT_HOME", str(tmp_path))
     assert default_store_path() == tmp_path / "data" / "conversations.sqlite3"
+
+
+def test_a_title_made_from_the_first_message_is_known_as_such(store: ConversationStore) -> None:
+    notes = Document("notes.md", "Marta orders the chairs.")
+    made = store.create(message_title("Plan the  garden\nparty"))
+    first = store.add_message(made, "user", "Plan the  garden\nparty")
+    store.add_message(made, "assistant", "Sure.")
+    second = store.add_message(made, "user", "And the food?")
+    assert store.get(made).title == "Plan the garden party"
+    assert store.titled_after(first)
+    assert not store.titled_after(second)  # (not the first message)
+
+    attached = store.create(message_title(compose("", [notes])))
+    only_a_file = store.add_message(attached, "user", compose("", [notes]))
+    assert store.get(attached).title == "notes.md" and store.titled_after(only_a_file)
+
+    store.rename(made, "Garden party")  # a title the user gave is theirs
+    assert not store.titled_after(first)
+    branch = store.branch(first)  # "… (branch)": the branch's own, kept too
+    (copied,) = store.messages(branch)
+    assert not store.titled_after(copied.id)

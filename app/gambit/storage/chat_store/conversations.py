@@ -32,6 +32,7 @@ from gambit.errors import GambitError
 from gambit.fsutil import make_private_dirs
 from gambit.storage import paths
 from gambit.storage.chat_store.rows import ConversationSummary, Role, StoredMessage
+from gambit.storage.documents import split
 from gambit.storage.files import touch_private
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,15 @@ def title_from(text: str) -> str:
     """A conversation's title from its first message: one line, at most 48 characters."""
     words = " ".join(text.split())
     return words if len(words) <= 48 else words[:47].rstrip() + "…"
+
+
+def message_title(content: str) -> str:
+    """The title a conversation takes from its first message (``title_from``):
+    the typed text, else the first attached document's name."""
+    parts = split(content)
+    text = " ".join(p for p in parts if isinstance(p, str))
+    names = [p.name for p in parts if not isinstance(p, str)]
+    return title_from(text or (names[0] if names else ""))
 
 
 def _contains(text: str | None, needle: str | None) -> bool:
@@ -532,6 +542,19 @@ class ConversationStore:
             conv_id, _ = self._message_conversation(conn, msg_id)
             conn.execute("DELETE FROM messages WHERE id = ?", (msg_id,))
             self._touch(conn, conv_id)
+
+    def titled_after(self, msg_id: int) -> bool:
+        """Whether the conversation's title was made from this message: it is
+        the first user message, and the title reads as ``message_title`` of it
+        (a title the user gave, or one a branch added to, is theirs to keep)."""
+        conv_id, position = self._message_conversation(self._conn, msg_id)
+        first = self._conn.execute(
+            "SELECT m.position, m.content, c.title FROM messages m"
+            " JOIN conversations c ON c.id = m.conversation_id"
+            " WHERE m.conversation_id = ? AND m.role = 'user' ORDER BY m.position LIMIT 1",
+            (conv_id,),
+        ).fetchone()
+        return first is not None and first[0] == position and first[2] == message_title(first[1])
 
     def delete_from(self, msg_id: int) -> int:
         """Delete this message and every later one in its conversation (Regenerate,

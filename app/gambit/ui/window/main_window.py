@@ -16,7 +16,7 @@ from gambit.models.settings_check import model_file_problems
 from gambit.qt.compat import give_to_qt_parents
 from gambit.qt.reply_stream import ReplyResult
 from gambit.qt.worker import EngineInfo, EngineRequest, WorkerThread
-from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore, message_title
 from gambit.storage.documents import compose
 from gambit.storage.history_memory import HistoryMemory, memory_folder
 from gambit.storage.prompts.continuing import can_continue
@@ -280,7 +280,10 @@ class MainWindow(WindowPanes):
         if self._generation_config() is None:  # (said why; nothing deleted yet)
             return
         try:
+            retitle = self.store.titled_after(msg_id)
             self.store.delete_from(msg_id)  # (the new text gets a new row: see history_memory)
+            if retitle:  # (a title made from the old text follows the new)
+                self.store.rename(self.conversation_id, message_title(content))
         except Exception as exc:
             self.report("The message could not be replaced", exc)
             return
