@@ -163,6 +163,28 @@ def test_find_focuses_the_sidebar_search(qtbot: QtBot, window: MainWindow) -> No
     assert window.search.selectedText() == "old query"  # typing replaces it
 
 
+def test_a_search_keeps_the_open_conversation_only_while_it_matches(window: MainWindow) -> None:
+    store = window.store
+    boats = store.create("Boats")
+    store.add_message(boats, "user", "How do sails work?")
+    soup = store.create("Soup")
+    store.add_message(soup, "user", "A recipe for leek soup, please.")
+    window.open_conversation(boats)
+    assert window.chat.messages[0].text == "How do sails work?"
+
+    window.search.setText("sail")  # it matches: it stays open
+    assert window.conversation_id == boats
+    window.search.setText("leek")  # it does not: the match opens
+    assert window.conversation_id == soup
+    assert window.chat.messages[0].text == "A recipe for leek soup, please."
+    current = window.list.currentItem()
+    assert current is not None and window.list.conversation_id(current) == soup
+    window.search.setText("nothing like this")  # no match: nothing else to open
+    assert window.list.count() == 0 and window.conversation_id == soup
+    window.search.clear()
+    assert window.conversation_id == soup and window.list.count() >= 2
+
+
 def test_view_menu_toggles_the_statistics_and_the_sidebar(window: MainWindow) -> None:
     stats = _action(window, "statisticsAction")
     sidebar = _action(window, "sidebarAction")

@@ -156,7 +156,7 @@ class MainWindow(WindowPanes):
         self.continue_button.clicked.connect(self.continue_reply)
         self.attach_button.clicked.connect(self.attachments.pick)
         self.new_button.clicked.connect(self.new_conversation)
-        self.search.textChanged.connect(self._refresh_list)
+        self.search.textChanged.connect(lambda: self._refresh_list(follow=True))
         self.list.currentItemChanged.connect(self._on_conversation_selected)
         self.list.customContextMenuRequested.connect(self._on_list_menu)
         self.speculation_action.toggled.connect(self._on_speculation_toggled)
@@ -412,9 +412,10 @@ class MainWindow(WindowPanes):
         self._refresh_list(keep_selection=True)
 
     # --------------------------------------------------------- conversations
-    def _refresh_list(self, *_: object, keep_selection: bool = True) -> None:
+    def _refresh_list(self, *_: object, keep_selection: bool = True, follow: bool = False) -> None:
+        """``follow`` (a search): where the open conversation is not listed, open the first."""
         select = self.conversation_id if keep_selection else None
-        self.list.fill(self.store.list(self.search.text()), select)
+        self.list.fill(self.store.list(self.search.text()), select, follow and not self.generating)
 
     @Slot()
     def new_conversation(self) -> None:

@@ -74,9 +74,13 @@ class ConversationList(QListWidget):
         self.setWordWrap(False)
         self.setItemDelegate(_ElidingDelegate(self))
 
-    def fill(self, conversations: Iterable[ConversationSummary], select: int | None) -> None:
+    def fill(
+        self, conversations: Iterable[ConversationSummary], select: int | None, follow: bool = False
+    ) -> None:
         """Show ``conversations``, selecting the one with id ``select`` (None: none),
-        without emitting selection signals: refilling is not the user choosing."""
+        without emitting selection signals: refilling is not the user choosing.
+        ``follow``: where ``select`` is not among them, the first is chosen, as
+        if clicked (a search that leaves the open conversation out opens a match)."""
         self.blockSignals(True)
         self.clear()
         for conv in conversations:
@@ -87,6 +91,8 @@ class ConversationList(QListWidget):
             if conv.id == select:
                 self.setCurrentItem(item)
         self.blockSignals(False)
+        if follow and self.currentItem() is None and self.count():
+            self.setCurrentRow(0)
 
     @staticmethod
     def conversation_id(item: QListWidgetItem) -> int:
