@@ -185,6 +185,8 @@ def test_branch_delete_and_regenerate_any_reply(
     assert branch != source and window.store.get(branch or -1).title.endswith("(branch)")
     assert window.list.currentItem() is not None
     assert window.list.conversation_id(window.list.currentItem()) == branch
+    # Marked at the front, where eliding a long title cannot cut it.
+    assert window.list.currentItem().text() == "Branch · Name a colour."
     db = rows(tmp_path / "chats.db")
     assert [(r[2], r[3]) for r in db if r[0] == branch] == [("user", q1.content),
                                                             ("assistant", a1.content)]  # fmt: skip

@@ -132,6 +132,11 @@ def title_from(text: str) -> str:
     return words if len(words) <= 48 else words[:47].rstrip() + "…"
 
 
+# What a branch's title adds to its conversation's (Branch from here): the
+# list shows the branch marked at the front, where a long title cannot cut it.
+BRANCH_SUFFIX = " (branch)"
+
+
 def message_title(content: str) -> str:
     """The title a conversation takes from its first message (``title_from``):
     the typed text, else the first attached document's name."""
@@ -524,7 +529,7 @@ class ConversationStore:
             stamp = self._stamp(conn)
             cur = conn.execute(
                 "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
-                (f"{title} (branch)", stamp, stamp),
+                (f"{title}{BRANCH_SUFFIX}", stamp, stamp),
             )
             conn.execute(
                 "INSERT INTO messages"

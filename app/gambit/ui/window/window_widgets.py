@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gambit.storage.chat_store.conversations import BRANCH_SUFFIX
 from gambit.storage.chat_store.rows import ConversationSummary
 from gambit.storage.documents import Document, format_size
 
@@ -62,6 +63,14 @@ class _ElidingDelegate(QStyledItemDelegate):
         return QSize(1, hint.height())
 
 
+def list_title(title: str) -> str:
+    """A conversation's title as the list shows it: a branch marked at the front,
+    which eliding a long title never cuts ("Branch · Explain in three…")."""
+    if title.endswith(BRANCH_SUFFIX) and len(title) > len(BRANCH_SUFFIX):
+        return f"Branch · {title.removesuffix(BRANCH_SUFFIX)}"
+    return title
+
+
 class ConversationList(QListWidget):
     """The sidebar's list of conversations; each item carries its conversation's id."""
 
@@ -84,7 +93,7 @@ class ConversationList(QListWidget):
         self.blockSignals(True)
         self.clear()
         for conv in conversations:
-            item = QListWidgetItem(conv.title)
+            item = QListWidgetItem(list_title(conv.title))
             item.setData(Qt.ItemDataRole.UserRole, conv.id)
             item.setToolTip(f"{conv.title}\n{conv.preview}" if conv.preview else conv.title)
             self.addItem(item)
