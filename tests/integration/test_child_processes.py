@@ -72,11 +72,14 @@ def test_bundle_flags_reach_the_tools(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_quantizer_child_ends_with_a_killed_parent(tmp_path: Path, smol_q4_1: Path) -> None:
+def test_quantizer_child_ends_with_a_killed_parent(tmp_path: Path, smol_q8_0: Path) -> None:
     dest = tmp_path / "big.gguf"
+    # Q3_K_M: quantizing takes long enough (~1.5 s on an AVX-512 Xeon) that the
+    # parent dies mid-write; writing F32 took 0.7 s in all there, and the child
+    # finished before it noticed (it looks every PARENT_POLL_S).
     parent_code = textwrap.dedent(f"""
         from gambit.models.derive import derive_draft
-        derive_draft({str(smol_q4_1)!r}, "F32", {str(dest)!r}, register=False)
+        derive_draft({str(smol_q8_0)!r}, "Q3_K_M", {str(dest)!r}, register=False)
     """)
     parent = subprocess.Popen([sys.executable, "-c", parent_code])
     partial = _partial_path(dest)
