@@ -30,6 +30,7 @@ from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.prompts.continuing import KEPT_TOKENS, kept_record, kept_tokens
 from gambit.storage.settings import Settings, SettingsStore
+from gambit.ui.stats.stats_panel import PLACEHOLDER
 from gambit.ui.window.main_window import MainWindow
 from gambit.ui.window.message_actions import EditDialog
 
@@ -230,6 +231,35 @@ def test_an_action_that_cannot_read_the_conversation_says_which(
         choose(menu_on(window, 1 if name != "editMessageAction" else 0), name)
         assert errors[-1][0] == f"The message could not be {done}", errors
     assert all("disk I/O error" in message for _, message in errors)
+
+
+def test_the_panel_drops_figures_of_a_reply_no_longer_shown(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    def rate() -> str:
+        label = window.stats.findChild(QLabel, "tokensPerSecondValue")
+        assert isinstance(label, QLabel)
+        return label.text()
+
+    send(qtbot, window, "Name a colour.")
+    first = window.conversation_id
+    qtbot.waitUntil(lambda: rate() != PLACEHOLDER, timeout=5000)
+    shown = rate()
+    window.chat.select_message(0)  # another message of the same conversation: kept
+    window.show_conversation(first or -1)
+    assert rate() == shown
+
+    other = window.store.create("Elsewhere")
+    window.store.add_message(other, "user", "Hello?")
+    window.open_conversation(other)  # another conversation: not its reply's figures
+    assert rate() == PLACEHOLDER
+
+    window.open_conversation(first or -1)
+    send(qtbot, window, "Name a fruit.")
+    qtbot.waitUntil(lambda: rate() != PLACEHOLDER, timeout=5000)
+    key(qtbot, window, "deleteMessageAction")  # the last message: the reply shown
+    assert "this reply" in confirm(qtbot, window)
+    assert rate() == PLACEHOLDER
 
 
 STORY = "Write a long story about a lighthouse keeper."

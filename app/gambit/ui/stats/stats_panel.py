@@ -161,6 +161,8 @@ class StatsPanel(QDockWidget):
         )
         self.repaint_count = 0
         self._snapshot: MetricsSnapshot | None = None
+        # The stored reply whose figures these are (None: none, or not a stored one).
+        self.reply_id: int | None = None
         self._dirty = False
         self._samples: deque[Sample] = deque(maxlen=MAX_POINTS)
         self._tones: dict[QLabel, Tone] = {}
@@ -201,7 +203,14 @@ class StatsPanel(QDockWidget):
         self._timer.stop()
         self._snapshot = None
         self._dirty = False
+        self.reply_id = None
         self._reset()
+
+    def keep_only(self, shown: set[int | None]) -> None:
+        """Clear the figures of a stored reply that is not among the ``shown``
+        message ids (another conversation opened, or the reply deleted)."""
+        if self.reply_id is not None and self.reply_id not in shown:
+            self.clear()
 
     def set_backend(self, text: str) -> None:
         """Show where the models run, e.g. ``"CPU · 2 threads · AVX2"``; empty hides it."""

@@ -442,7 +442,9 @@ class MainWindow(WindowPanes):
             self.show_conversation(conv_id)
 
     def show_conversation(self, conv_id: int) -> None:
-        self.chat.set_messages(shown_messages(self.store.messages(conv_id)))
+        messages = self.store.messages(conv_id)
+        self.chat.set_messages(shown_messages(messages))
+        self.stats.keep_only({m.id for m in messages})  # (no other reply's figures)
         self.update_buttons()
 
     def open_conversation(self, conv_id: int) -> None:

@@ -210,6 +210,7 @@ class ReplyFlow(QObject):
             self.window.chat.end_reply(reply_footer(shown))  # as it will read when reopened
             if result is not None and result.snapshot.n_tokens:
                 self.stats.set_snapshot(result.snapshot)  # every figure from this reply
+                self.stats.reply_id = reply.msg_id
             else:
                 self.stats.clear()  # no reply (refused, stopped at once): no figure at all
         finally:  # whatever failed, the window is idle again
