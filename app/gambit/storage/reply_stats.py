@@ -31,18 +31,20 @@ def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
-# Why a reply ended, as its footer says it (a reply that ended on its own says nothing).
-STOP_WORDS: dict[str, str] = {
-    StopReason.MAX_TOKENS.value: "cut at the length limit",
-    StopReason.CONTEXT_FULL.value: "cut: the context is full",
+# Why a reply ended, as its footer says it (a reply that ended on its own says
+# nothing): cut short on purpose (Stop, a closed window: not "unfinished"), or
+# by a limit.
+_DELIBERATE_WORDS = {
     StopReason.CANCELLED.value: "stopped",
     "window closed": "interrupted",
     "interrupted": "interrupted",
 }
-
-
-# The stops of a reply cut short on purpose (Stop, a closed window): not "unfinished".
-DELIBERATE_STOPS = frozenset({StopReason.CANCELLED.value, "window closed", "interrupted"})
+DELIBERATE_STOPS = frozenset(_DELIBERATE_WORDS)
+STOP_WORDS: dict[str, str] = {
+    StopReason.MAX_TOKENS.value: "cut at the length limit",
+    StopReason.CONTEXT_FULL.value: "cut: the context is full",
+    **_DELIBERATE_WORDS,
+}
 
 
 def reply_footer(stats: Mapping[str, Any] | None) -> str:

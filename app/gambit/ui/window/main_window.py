@@ -29,7 +29,7 @@ from gambit.ui.window.chat_view import ChatMessage
 from gambit.ui.window.menus import MenuBar
 from gambit.ui.window.message_actions import MessageActions
 from gambit.ui.window.reply_flow import ReplyFlow
-from gambit.ui.window.reply_record import shown_messages, title_from
+from gambit.ui.window.reply_record import shown_messages
 from gambit.ui.window.window_layout import WindowPanes
 from gambit.ui.window.window_widgets import LatencyProbe, exec_once, named
 from gambit.ui.window.worker_lost import offer_local
@@ -269,7 +269,7 @@ class MainWindow(WindowPanes):
         documents = self.attachment_bar.documents
         if not (text or documents) or not self._ready_for_reply():
             return
-        if self._send(compose(text, documents), title_from(text or documents[0].name)):
+        if self._send(compose(text, documents)):
             self.input.clear()
             self.attachment_bar.take()
 
@@ -288,7 +288,7 @@ class MainWindow(WindowPanes):
             self.report("The message could not be replaced", exc)
             return
         self.show_conversation(self.conversation_id)
-        self._send(content, None)
+        self._send(content)
 
     def _ready_for_reply(self) -> bool:
         """Whether a reply can start now (else the window says why)."""
@@ -302,9 +302,9 @@ class MainWindow(WindowPanes):
             return False
         return True
 
-    def _send(self, content: str, title: str | None) -> bool:
-        """Store ``content`` as the user's message and start the reply; False
-        (and why, said) when it was not stored."""
+    def _send(self, content: str) -> bool:
+        """Store ``content`` as the user's message (a new chat's title made from
+        it) and start the reply; False (and why, said) when it was not stored."""
         config = self._generation_config()
         if config is None:
             return False
@@ -319,8 +319,8 @@ class MainWindow(WindowPanes):
             return False
         self.chat.append_message(ChatMessage("user", content, id=msg_id))
         try:
-            if title and self.store.get(self.conversation_id).title == "New chat":
-                self.store.rename(self.conversation_id, title)
+            if self.store.get(self.conversation_id).title == "New chat":
+                self.store.rename(self.conversation_id, message_title(content))
         except Exception as exc:  # the message is stored; only its title is missing
             log.warning("could not title conversation %s: %s", self.conversation_id, exc)
         self.replies.start(self.conversation_id, config)

@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from gambit.qt.reply_stream import ReplyResult
-from gambit.storage.chat_store.conversations import title_from as title_from  # (re-exported)
 from gambit.storage.chat_store.rows import StoredMessage
 from gambit.ui.window.chat_view import ChatMessage, reply_footer
 
