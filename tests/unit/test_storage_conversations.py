@@ -41,7 +41,7 @@ def ids(store: ConversationStore, search: str = "") -> list[int]:
 def test_new_file_gets_schema_wal_and_foreign_keys(db_path: Path, store: ConversationStore) -> None:
     assert db_path.is_file()
     with closing(sqlite3.connect(db_path)) as other:
-        assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 1
+        assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = {r[0] for r in other.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"conversations", "messages"} <= tables
@@ -356,3 +356,54 @@ def test_a_title_made_from_the_first_message_is_known_as_such(store: Conversatio
     branch = store.branch(first)  # "… (branch)": the branch's own, kept too
     (copied,) = store.messages(branch)
     assert not store.titled_after(copied.id)
+
+
+# The tables as format 1 wrote them (before a conversation had a mode).
+_FORMAT_1 = (
+    "CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL,"
+    " created_at REAL NOT NULL, updated_at REAL NOT NULL)",
+    "CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL"
+    " REFERENCES conversations (id) ON DELETE CASCADE, position INTEGER NOT NULL,"
+    " role TEXT NOT NULL, content TEXT NOT NULL, complete INTEGER NOT NULL DEFAULT 1,"
+    " stats TEXT, created_at REAL NOT NULL, UNIQUE (conversation_id, position))",
+    "INSERT INTO conversations VALUES (1, 'Old chat', 1.7e9, 1.7e9)",
+    "INSERT INTO messages VALUES (1, 1, 0, 'user', 'Hello', 1, NULL, 1.7e9)",
+    "PRAGMA user_version = 1",
+)
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_a_format_1_file_opens_as_chats_and_takes_modes(db_path: Path, in_memory: bool) -> None:
+    db_path.parent.mkdir(parents=True)
+    with closing(sqlite3.connect(db_path)) as conn:
+        for statement in _FORMAT_1:
+            conn.execute(statement)
+        conn.commit()
+    with ConversationStore(db_path, in_memory=in_memory) as store:
+        old = store.get(1)
+        assert (old.title, old.mode, old.preset, old.branched_from) == ("Old chat", "chat", "", "")
+        assert [m.content for m in store.messages(1)] == ["Hello"]
+        store.set_mode(1, "completion")
+        assert store.get(1).completion
+    with closing(sqlite3.connect(db_path)) as conn:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    assert version == (1 if in_memory else 2)  # (in memory, the file is only read)
+
+
+def test_a_conversation_keeps_its_mode_and_a_branch_says_where_it_began(
+    store: ConversationStore,
+) -> None:
+    text = store.create("A story", mode="completion", preset="Writer")
+    assert store.get(text).completion and store.get(text).preset == "Writer"
+    store.add_message(text, "user", "Once upon a time")
+    at = store.add_message(text, "assistant", " there was a lighthouse keeper who counted ships.")
+    branch = store.get(store.branch(at))
+    assert branch.completion and branch.preset == "Writer"
+    assert branch.branched_from == "there was a lighthouse keeper who counted ships."
+    assert store.get(text).branched_from == ""
+    store.set_mode(text, "chat")
+    assert not store.get(text).completion
+    with pytest.raises(ValueError, match="mode must be one of chat, completion"):
+        store.set_mode(text, "notebook")
+    with pytest.raises(ConversationNotFoundError):
+        store.set_mode(text + 99, "chat")

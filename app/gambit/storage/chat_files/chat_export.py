@@ -75,6 +75,9 @@ def _conversation_json(
         "title": conv.title,
         "created_at": conv.created_at,
         "updated_at": conv.updated_at,
+        "mode": conv.mode,
+        "preset": conv.preset,
+        "branched_from": conv.branched_from,
         "messages": [
             {
                 "role": m.role,
@@ -114,6 +117,11 @@ def _conversation_markdown(conv: ConversationSummary, messages: Sequence[StoredM
         f"updated {local_time(conv.updated_at)}*",
         "",
     ]
+    if conv.completion:  # one text, as the window shows it, and the last part's figures
+        text = "".join(m.content for m in messages if m.role != "system")
+        notes = [_reply_note(m) for m in messages if m.role == "assistant"]
+        lines += ["*Completion mode: the model continued this text.*", "", _closed_fences(text)]
+        return "\n".join([*lines, "", f"*{_escape(notes[-1])}*"] if notes and notes[-1] else lines)
     for m in messages:
         lines += [f"## {_HEADINGS.get(m.role, m.role)} · {local_time(m.created_at)}", ""]
         if m.content:

@@ -85,9 +85,14 @@ def text_value(value: object, where: str, limit: int = MAX_TEXT_CHARS) -> str:
     return value
 
 
+def line_value(value: object, where: str) -> str:
+    """Short text on one line (a title, a preset's name); may be blank."""
+    return " ".join(text_value(value, where, MAX_TITLE_CHARS).split())
+
+
 def title_value(value: object, where: str) -> str:
     """A title on one line; "New chat" (as a new conversation is called) if blank."""
-    return " ".join(text_value(value, where, MAX_TITLE_CHARS).split()) or "New chat"
+    return line_value(value, where) or "New chat"
 
 
 def list_value(parent: dict[str, Any], key: str, where: str) -> list[Any]:

@@ -32,6 +32,7 @@ from gambit.storage.chat_files.chat_file import (
     RefusedError,
     check_conversation_text,
     check_conversations,
+    line_value,
     list_value,
     refuse,
     text_value,
@@ -41,6 +42,7 @@ from gambit.storage.chat_files.chat_file import (
 from gambit.storage.chat_files.chat_openai import read_openai
 from gambit.storage.chat_store.conversations import ROLES, ConversationStore
 from gambit.storage.chat_store.rows import ConversationSummary, StoredMessage
+from gambit.storage.chat_store.schema import MODES
 from gambit.storage.json_values import shown
 from gambit.storage.reply_stats import stats_problem
 
@@ -220,7 +222,14 @@ def _gambit_conversation(item: object, where: str, count: MessageCount, now: flo
         _gambit_message(m, f"{where}.messages[{j}]", created, now) for j, m in enumerate(items)
     )
     check_conversation_text(messages, where)
-    return ConversationSummary(0, title, created, updated, len(messages), ""), messages
+    mode = item.get("mode", "chat")
+    if mode not in MODES:
+        refuse(f"{where}.mode must be one of {', '.join(MODES)}, not {shown(mode)}")
+    preset = line_value(item.get("preset", ""), f"{where}.preset")
+    branched_from = line_value(item.get("branched_from", ""), f"{where}.branched_from")
+    summary = ConversationSummary(0, title, created, updated, len(messages), "", mode, preset,
+                                  branched_from)  # fmt: skip
+    return summary, messages
 
 
 def _gambit_message(item: object, where: str, default_time: float, now: float) -> StoredMessage:

@@ -32,50 +32,26 @@ from gambit.errors import GambitError
 from gambit.fsutil import make_private_dirs
 from gambit.storage import paths
 from gambit.storage.chat_store.rows import ConversationSummary, Role, StoredMessage
+from gambit.storage.chat_store.schema import (
+    MODES,
+    READ_CHECKS,
+    SCHEMA_VERSION,
+    bring_up_to_date,
+)
 from gambit.storage.documents import split
 from gambit.storage.files import touch_private
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1  # PRAGMA user_version of files this code writes
 ROLES: tuple[Role, ...] = ("system", "user", "assistant")
 PREVIEW_CHARS = 100
 LOCK_TIMEOUT_S = 5.0  # how long a write waits for another process's write lock
-
-# Positions are unique per conversation; that constraint's index also serves
-# ordering and counting. Without AUTOINCREMENT the id of the newest row can be
-# handed out again after it is deleted; nothing keeps ids of deleted rows.
-_SCHEMA = (
-    """
-    CREATE TABLE IF NOT EXISTS conversations (
-        id          INTEGER PRIMARY KEY,
-        title       TEXT    NOT NULL,
-        created_at  REAL    NOT NULL,
-        updated_at  REAL    NOT NULL
-    )
-    """,
-    "CREATE INDEX IF NOT EXISTS conversations_by_update ON conversations (updated_at)",
-    """
-    CREATE TABLE IF NOT EXISTS messages (
-        id               INTEGER PRIMARY KEY,
-        conversation_id  INTEGER NOT NULL
-                         REFERENCES conversations (id) ON DELETE CASCADE,
-        position         INTEGER NOT NULL,
-        role             TEXT    NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
-        content          TEXT    NOT NULL,
-        complete         INTEGER NOT NULL DEFAULT 1 CHECK (complete IN (0, 1)),
-        stats            TEXT,
-        created_at       REAL    NOT NULL,
-        UNIQUE (conversation_id, position)
-    )
-    """,
-)
 
 # Shared by list() and get(): one row per conversation with its message count
 # and the start of its latest non-system message (cut in SQL so that a long
 # reply is not read just to show 100 characters of it).
 _SUMMARY_SELECT = """
-    SELECT c.id, c.title, c.created_at, c.updated_at,
+    SELECT c.id, c.title, c.created_at, c.updated_at, c.mode, c.preset, c.branched_from,
            (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
            (SELECT substr(m.content, 1, 4 * ?) FROM messages m
              WHERE m.conversation_id = c.id AND m.role != 'system'
@@ -146,6 +122,11 @@ def message_title(content: str) -> str:
     return title_from(text or (names[0] if names else ""))
 
 
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+
+
 def _contains(text: str | None, needle: str | None) -> bool:
     # Search in Python rather than with LIKE: SQLite's LIKE folds case for
     # ASCII only ("Привет" would not find "привет"), and a plain substring
@@ -161,7 +142,7 @@ def _preview(text: str | None) -> str:
 
 
 def _summary(row: tuple[Any, ...]) -> ConversationSummary:
-    conv_id, title, created_at, updated_at, n_messages, latest = row
+    conv_id, title, created_at, updated_at, mode, preset, branched_from, n_messages, latest = row
     return ConversationSummary(
         id=conv_id,
         title=title,
@@ -169,6 +150,9 @@ def _summary(row: tuple[Any, ...]) -> ConversationSummary:
         updated_at=updated_at,
         n_messages=n_messages,
         preview=_preview(latest),
+        mode=mode,
+        preset=preset,
+        branched_from=branched_from,
     )
 
 
@@ -282,15 +266,10 @@ class ConversationStore:
                     "Update Gambit to open it."
                 )
             if version < SCHEMA_VERSION:
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        try:  # the columns this code reads: a garbled schema, or another program's file
-            conn.execute("SELECT id, title, created_at, updated_at FROM conversations LIMIT 0")
-            conn.execute(
-                "SELECT id, conversation_id, position, role, content, complete, stats,"
-                " created_at FROM messages LIMIT 0"
-            )
+                bring_up_to_date(conn)
+        try:
+            for check in READ_CHECKS:
+                conn.execute(check)
         except sqlite3.OperationalError as exc:
             raise DamagedStoreError(self.path, str(exc)) from exc
 
@@ -365,17 +344,28 @@ class ConversationStore:
         return int(row[0]), int(row[1])
 
     # ------------------------------------------------------------ conversations
-    def create(self, title: str = "New chat") -> int:
+    def create(self, title: str = "New chat", mode: str = "chat", preset: str = "") -> int:
         """A new, empty conversation; returns its id. It is listed first."""
         title = title.strip() or "New chat"
+        _check_mode(mode)
         with self._write() as conn:
             stamp = self._stamp(conn)
             cur = conn.execute(
-                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
-                (title, stamp, stamp),
+                "INSERT INTO conversations (title, created_at, updated_at, mode, preset)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (title, stamp, stamp, mode, preset),
             )
             assert cur.lastrowid is not None
             return cur.lastrowid
+
+    def set_mode(self, conv_id: int, mode: str) -> None:
+        """Write the conversation as chat turns or as one text ("completion");
+        its messages stay as they are, and it stays where it is in the list."""
+        _check_mode(mode)
+        with self._write() as conn:
+            cur = conn.execute("UPDATE conversations SET mode = ? WHERE id = ?", (mode, conv_id))
+            if cur.rowcount == 0:
+                raise ConversationNotFoundError(conv_id)
 
     def list(self, search: str = "") -> builtins.list[ConversationSummary]:
         """Conversations, most recently updated first.
@@ -499,10 +489,14 @@ class ConversationStore:
         new_ids: builtins.list[int] = []
         with self._write() as conn:
             for conv, messages in conversations:
+                _check_mode(conv.mode)
                 cur = conn.execute(
-                    "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
-                    (conv.title, conv.created_at, conv.updated_at),
-                )
+                    "INSERT INTO conversations"
+                    " (title, created_at, updated_at, mode, preset, branched_from)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (conv.title, conv.created_at, conv.updated_at, conv.mode, conv.preset,
+                     conv.branched_from),
+                )  # fmt: skip
                 assert cur.lastrowid is not None
                 new_ids.append(cur.lastrowid)
                 conn.executemany(
@@ -520,16 +514,22 @@ class ConversationStore:
     def branch(self, msg_id: int) -> int:
         """A new conversation holding copies of this message and every earlier
         one of its conversation (Branch from here), titled after it; returns
-        its id. It is listed first; the conversation branched from is unchanged."""
+        its id. It is listed first; the conversation branched from is unchanged.
+        The branch keeps its mode and preset, and the start of that message."""
         with self._write() as conn:
             conv_id, position = self._message_conversation(conn, msg_id)
-            (title,) = conn.execute(
-                "SELECT title FROM conversations WHERE id = ?", (conv_id,)
+            title, mode, preset = conn.execute(
+                "SELECT title, mode, preset FROM conversations WHERE id = ?", (conv_id,)
+            ).fetchone()
+            (content,) = conn.execute(
+                "SELECT content FROM messages WHERE id = ?", (msg_id,)
             ).fetchone()
             stamp = self._stamp(conn)
             cur = conn.execute(
-                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
-                (f"{title}{BRANCH_SUFFIX}", stamp, stamp),
+                "INSERT INTO conversations"
+                " (title, created_at, updated_at, mode, preset, branched_from)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (f"{title}{BRANCH_SUFFIX}", stamp, stamp, mode, preset, message_title(content)),
             )
             conn.execute(
                 "INSERT INTO messages"

@@ -22,6 +22,15 @@ class ConversationSummary:
     updated_at: float
     n_messages: int
     preview: str  # the latest non-system message, shortened to one line ("" if none)
+    # How it is written (storage.chat_store.schema): "chat" or "completion".
+    mode: str = "chat"
+    preset: str = ""  # the preset it started from ("" none)
+    branched_from: str = ""  # a branch's: the start of the message it was branched at
+
+    @property
+    def completion(self) -> bool:
+        """Whether it is one text the model continues (a base model's), not turns."""
+        return self.mode == "completion"
 
 
 @dataclass(frozen=True, slots=True)
