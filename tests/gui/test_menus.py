@@ -47,7 +47,7 @@ MENUS = {
             "nextMessageAction",
         ],
     ),
-    "viewMenu": ("View", ["statisticsAction", "sidebarAction"]),
+    "viewMenu": ("View", ["statisticsAction", "sidebarAction", "completionModeAction"]),
     "toolsMenu": (
         "Tools",
         ["speculationAction", "modelsAction", "settingsAction", "measureAction", "serverAction"],

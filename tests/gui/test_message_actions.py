@@ -25,8 +25,9 @@ from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QDialog, QLabel, QMenu, QMessageBox, QPushButton
 from pytestqt.qtbot import QtBot
 
+from gambit.engine.gamma.metrics import format_rate
 from gambit.engine.text.continuation import KeptTokens
-from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore, message_title
 from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.prompts.continuing import KEPT_TOKENS, kept_record, kept_tokens
 from gambit.storage.settings import Settings, SettingsStore
@@ -187,7 +188,10 @@ def test_branch_delete_and_regenerate_any_reply(
     assert window.list.currentItem() is not None
     assert window.list.conversation_id(window.list.currentItem()) == branch
     # Marked at the front, where eliding a long title cannot cut it.
-    assert window.list.currentItem().text() == "Branch · Name a colour."
+    # With the message it was branched at, on a line of its own.
+    assert window.list.currentItem().text() == (
+        f"Branch · Name a colour.\n↳ at “{message_title(a1.content)}”"
+    )
     db = rows(tmp_path / "chats.db")
     assert [(r[2], r[3]) for r in db if r[0] == branch] == [("user", q1.content),
                                                             ("assistant", a1.content)]  # fmt: skip
@@ -233,33 +237,49 @@ def test_an_action_that_cannot_read_the_conversation_says_which(
     assert all("disk I/O error" in message for _, message in errors)
 
 
-def test_the_panel_drops_figures_of_a_reply_no_longer_shown(
-    qtbot: QtBot, window: MainWindow
-) -> None:
-    def rate() -> str:
-        label = window.stats.findChild(QLabel, "tokensPerSecondValue")
+def test_the_panel_follows_the_reply_you_look_at(qtbot: QtBot, window: MainWindow) -> None:
+    def shown(name: str) -> str:
+        label = window.stats.findChild(QLabel, name)
         assert isinstance(label, QLabel)
         return label.text()
 
+    def settled(stats: dict[str, Any] | None) -> None:
+        """The panel shows ``stats``'s rate (after its repaint), or nothing."""
+        want = format_rate(stats["tokens_per_s"]) if stats else PLACEHOLDER
+        qtbot.waitUntil(lambda: shown("tokensPerSecondValue") == want, timeout=5000)
+
     send(qtbot, window, "Name a colour.")
-    first = window.conversation_id
-    qtbot.waitUntil(lambda: rate() != PLACEHOLDER, timeout=5000)
-    shown = rate()
-    window.chat.select_message(0)  # another message of the same conversation: kept
-    window.show_conversation(first or -1)
-    assert rate() == shown
+    send(qtbot, window, "Name a fruit.")
+    first = window.conversation_id or -1
+    colour, fruit = stored(window)[1], stored(window)[3]
+    assert colour.stats and fruit.stats and colour.stats["series"]
+    settled(fruit.stats)  # live: the reply just written
+    assert not window.stats.findChild(QLabel, "scopeValue").isVisible()  # type: ignore[union-attr]
+
+    window.chat.select_message(1)  # an earlier reply: its stored figures, said to be
+    settled(colour.stats)
+    assert shown("scopeValue") == "Figures stored with the selected reply."
+    assert shown("gammaValue") == str(colour.stats["gamma"])
+    window.chat.select_message(2)  # a question has none of its own: the panel stays
+    settled(colour.stats)
+    window.chat.select_message(3)  # the reply that streamed: as it was stored
+    settled(fruit.stats)
 
     other = window.store.create("Elsewhere")
     window.store.add_message(other, "user", "Hello?")
-    window.open_conversation(other)  # another conversation: not its reply's figures
-    assert rate() == PLACEHOLDER
+    window.open_conversation(other)  # no reply: no figure
+    settled(None)
+    figures = {"tokens": 40, "tokens_per_s": 12.5, "acceptance_by_position": [0.5, "x"]}
+    window.store.add_message(other, "assistant", "Hi.", stats=figures)
+    window.show_conversation(other)  # a record another program wrote: what holds is shown
+    settled(figures)
+    assert shown("acceptanceValue") == PLACEHOLDER
 
-    window.open_conversation(first or -1)
-    send(qtbot, window, "Name a fruit.")
-    qtbot.waitUntil(lambda: rate() != PLACEHOLDER, timeout=5000)
+    window.open_conversation(first)  # back: its last reply's figures
+    settled(fruit.stats)
     key(qtbot, window, "deleteMessageAction")  # the last message: the reply shown
     assert "this reply" in confirm(qtbot, window)
-    assert rate() == PLACEHOLDER
+    settled(colour.stats)  # the reply now last, never the deleted one's
 
 
 STORY = "Write a long story about a lighthouse keeper."
@@ -289,6 +309,15 @@ def test_continue_after_the_length_limit_and_after_stop(
     assert continued.stats is not None and continued.stats["tokens"] == 12
     assert continued.stats["continued"] == 1 and "continued" in window.chat.messages[-1].footer
     assert len((kept_tokens(continued.stats) or pytest.fail()).ids) == 12  # cut again
+    scope = window.stats.findChild(QLabel, "scopeValue")  # the panel says whose figures
+    assert isinstance(scope, QLabel)
+    assert scope.text() == "Figures of the reply's last part (it was continued)."
+    conv_id = window.conversation_id or -1
+    window.new_conversation()
+    window.open_conversation(conv_id)  # reopened: as stored
+    assert scope.text() == (
+        "Figures stored with the selected reply: its last part (it was continued)."
+    )
     assert [r[1:] for r in rows(tmp_path / "chats.db")] == [
         (q.id, "user", STORY, 1), (cut.id, "assistant", continued.content, 1)
     ]  # fmt: skip
@@ -350,7 +379,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 from gambit.qt import compat
 from gambit.storage.prompts.continuing import kept_tokens
-from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.conversations import ConversationStore, message_title
 from gambit.storage.settings import SettingsStore
 from gambit.ui.window import reply_flow
 from gambit.ui.window.main_window import MainWindow

@@ -77,11 +77,21 @@ def _fill(store: ConversationStore) -> None:
     store.create("New chat")  # an empty one, as the window makes at start
 
 
+def _fill_story(store: ConversationStore) -> None:
+    """A completion-mode text from a preset, and a branch of it."""
+    story = store.create("A story", mode="completion", preset="Writer")
+    store.add_message(story, "user", "Once upon a time")
+    store.branch(
+        store.add_message(story, "assistant", " a keeper counted ships.", stats=REPLY_STATS)
+    )
+
+
 def _rows(db: Path) -> dict[str, list[tuple[Any, ...]]]:
     """Everything in the file but ids, conversations in id order."""
     with closing(sqlite3.connect(db)) as conn:
         conversations = conn.execute(
-            "SELECT id, title, created_at, updated_at FROM conversations ORDER BY id"
+            "SELECT id, title, created_at, updated_at, mode, preset, branched_from"
+            " FROM conversations ORDER BY id"
         ).fetchall()
         messages = conn.execute(
             "SELECT conversation_id, position, role, content, complete, stats, created_at"
@@ -116,13 +126,14 @@ def test_export_then_import_gives_back_every_field(
     store: ConversationStore, tmp_path: Path
 ) -> None:
     _fill(store)
+    _fill_story(store)
     exported = tmp_path / "chats.json"
     exported.write_text(to_json(read_conversations(store)), encoding="utf-8")
 
     with ConversationStore(tmp_path / "other.sqlite3") as other:
         result = import_chat_file(other, exported)
     assert result.file.kind == "a Gambit export"
-    assert result.message().startswith("Imported 3 conversations with 7 messages from ")
+    assert result.message().startswith("Imported 5 conversations with 11 messages from ")
     assert _by_title(_rows(tmp_path / "other.sqlite3")) == _by_title(_rows(store.path))
     # (and as the store reads it: flags and figures as dicts, as the window shows them)
     with ConversationStore(tmp_path / "other.sqlite3") as other:
@@ -131,6 +142,13 @@ def test_export_then_import_gives_back_every_field(
     assert reply.stats == REPLY_STATS and reply.complete
     assert back["Window closed mid-reply"][1].complete is False
     assert back["New chat"] == []
+    with ConversationStore(tmp_path / "other.sqlite3") as other:
+        branch = next(c for c in other.list() if c.branched_from)
+    assert (branch.mode, branch.preset, branch.branched_from) == (
+        "completion",
+        "Writer",
+        "a keeper counted ships.",
+    )
 
 
 def test_import_adds_new_conversations_and_never_merges(
@@ -142,13 +160,14 @@ def test_import_adds_new_conversations_and_never_merges(
     exported = tmp_path / "chats.json"
     exported.write_text(to_json(read_conversations(store)), encoding="utf-8")
     result = import_chat_file(store, exported)  # into the history it came from
-    assert len(result.ids) == 3 and min(result.ids) > max(old_ids)
+    n = len(old_ids)
+    assert len(result.ids) == n and min(result.ids) > max(old_ids)
     after = _rows(store.path)  # (conversations in id order: the originals first)
-    assert after["conversations"][:3] == before["conversations"]
-    assert [m for m in after["messages"] if m[0] < 3] == before["messages"]
+    assert after["conversations"][:n] == before["conversations"]
+    assert [m for m in after["messages"] if m[0] < n] == before["messages"]
     copies = {
-        "conversations": after["conversations"][3:],
-        "messages": [(m[0] - 3, *m[1:]) for m in after["messages"] if m[0] >= 3],
+        "conversations": after["conversations"][n:],
+        "messages": [(m[0] - n, *m[1:]) for m in after["messages"] if m[0] >= n],
     }
     assert _by_title(copies) == _by_title(before)
 
@@ -160,12 +179,15 @@ def test_one_conversation_exports_alone_in_the_same_format(store: ConversationSt
     assert document["format"] == FORMAT_NAME and document["version"] == 1
     assert [c["title"] for c in document["conversations"]] == [target.title]
     first = document["conversations"][0]
-    assert set(first) == {"id", "title", "created_at", "updated_at", "messages"}
+    assert set(first) == {
+        "id", "title", "created_at", "updated_at", "mode", "preset", "branched_from", "messages"
+    }  # fmt: skip
     assert set(first["messages"][0]) == {"role", "content", "created_at", "complete", "stats"}
 
 
 def test_markdown_reads_as_the_chat(store: ConversationStore) -> None:
     _fill(store)
+    _fill_story(store)
     text = to_markdown(read_conversations(store))
     assert "# Parse a config — naïve 🐍 \\*version\\*" in text  # a title, not emphasis
     assert "## System · " in text and "## User · " in text and "## Assistant · " in text
@@ -176,7 +198,12 @@ def test_markdown_reads_as_the_chat(store: ConversationStore) -> None:
     block = text.split("def parse_config(path):\n", 1)[1]
     assert block.startswith("\n```\n")
     assert "*interrupted*" in text  # a reply cut off says so
-    assert text.count("\n---\n") == 2  # three conversations
+    assert text.count("\n---\n") == 4  # five conversations
+    # a completion-mode text reads as one text, its last part's figures under it
+    story = text.split("# A story\n", 1)[1].split("\n---\n", 1)[0]
+    assert "*Completion mode: the model continued this text.*" in story
+    assert "\nOnce upon a time a keeper counted ships.\n" in story and "## " not in story
+    assert f"*{figures} · timed while the machine was busy*" in story
 
 
 def test_export_file_names() -> None:
@@ -299,9 +326,15 @@ HOSTILE: dict[str, tuple[Any, str]] = {
     "stats not an object": (_gambit([_message(stats=[1])]), ".stats must be an object or null"),
     "stats of the wrong type": (_gambit([_message(stats={"accepted_tokens": "many"})]),
                                 ".stats.accepted_tokens must be a whole number"),
+    "chart points of the wrong shape": (_gambit([_message(stats={"series": [[0, 1]]})]),
+                                        ".stats.series must be a list of at most 256"),
     "drafted runs past the text limit": (
         _gambit([_message(stats={"drafted": [0, 10**12]})]), ".stats.drafted covers more than"),
     "a title that is not text": (_gambit(title=7), "conversations[0].title must be text, not 7"),
+    "a mode it does not know": (_gambit(mode="notebook"),
+                                'conversations[0].mode must be one of chat, completion, not '
+                                '"notebook"'),
+    "a preset that is not text": (_gambit(preset=[1]), "conversations[0].preset must be text"),
     "a time that is text": (_gambit(created_at="yesterday"),
                             "conversations[0].created_at must be a time in seconds since 1970"),
     "a time in the future": (_gambit(updated_at=time.time() + 10 * 86400),

@@ -56,6 +56,7 @@ from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.machine.target_host import HostedRuntime, open_target
 from gambit.engine.machine.threads import ThreadCount
 from gambit.engine.text.chat import ChatPrompt, ChatPromptBuilder, Message
+from gambit.engine.text.completion import completion_prompt
 from gambit.engine.text.continuation import KeptTokens, resume_tokens
 from gambit.engine.text.reply import GenerationConfig, Round, StopReason
 from gambit.engine.text.template_sandbox import RenderCancelledError
@@ -560,16 +561,13 @@ class Engine:
             self.chat_builder.remember(prompt, self.decoder.context)
 
     def complete(
-        self,
-        text: str,
-        config: GenerationConfig,
-        cancel: threading.Event | None = None,
+        self, text: str, config: GenerationConfig, cancel: threading.Event | None = None
     ) -> Iterator[Round]:
-        """Plain completion of ``text`` (base models, no chat template); from
-        nothing, the model's begin-of-text token is where it starts."""
-        tokens = self.target.tokenize(text, add_special=True, parse_special=False)
-        if not tokens and self.target.bos_token >= 0:
-            tokens = [self.target.bos_token]
+        """Plain completion of ``text`` (base models, no chat template), its
+        start left out where it does not fit (``completion_prompt``)."""
+        target = self.target
+        tokens = target.tokenize(text, add_special=True, parse_special=False)
+        tokens = completion_prompt(tokens, target.bos_token, target.n_ctx, config.max_tokens)
         yield from self._generate(tokens, config, cancel)
 
     def _generate(

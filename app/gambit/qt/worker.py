@@ -70,6 +70,9 @@ class EngineInfo:
     # Equal for targets that spell text with the same tokens: the tokens kept
     # with a cut reply are this tokenizer's (Engine.tokenizer_fingerprint).
     tokenizer: str = ""
+    # Whether the target has a chat template (else it completes text only: a
+    # base model, whose conversations open in completion mode).
+    chat_template: bool = True
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,7 @@ class EngineWorker(QObject):
                 placement=engine.placement,
                 target_costs=describe_costs(engine.costs),  # (as measured at this load)
                 tokenizer=engine.tokenizer_fingerprint,
+                chat_template=bool(engine.target.chat_template()),
             )
             self.loaded.emit(info)
             self._recall(engine)  # (a long history is read while the user types)
@@ -270,6 +274,13 @@ class EngineWorker(QObject):
         engine = self._engine_for_reply()
         if engine is not None:
             self._stream(ReplyStream(engine), engine.chat(messages, config, self._cancel))
+
+    @Slot(str, object)
+    def complete(self, text: str, config: GenerationConfig) -> None:
+        """More of ``text``, continued in place (a conversation in completion mode)."""
+        engine = self._engine_for_reply()
+        if engine is not None:
+            self._stream(ReplyStream(engine), engine.complete(text, config, self._cancel))
 
     @Slot(object, object, object)
     def continue_reply(

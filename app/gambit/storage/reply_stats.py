@@ -110,9 +110,28 @@ def _counts(value: object) -> bool:
     return isinstance(value, list) and all(_count(n) for n in value)
 
 
+def _fraction(value: object) -> bool:
+    return _number(value) and isinstance(value, (int, float)) and 0 <= value <= 1
+
+
+def _series(value: object) -> bool:
+    """[[seconds, tokens/s, baseline tokens/s, γ], ...]: the panel's charts, redrawn."""
+    return (
+        isinstance(value, list)
+        and len(value) <= MAX_SERIES_POINTS
+        and all(
+            isinstance(p, list) and len(p) == 4 and all(_number(x) for x in p[:3]) and _count(p[3])
+            for p in value
+        )
+    )
+
+
 def _or_null(check: Callable[[object], bool]) -> Callable[[object], bool]:
     return lambda value: value is None or check(value)
 
+
+MAX_SERIES_POINTS = 256  # "series": the points kept of a reply's charts (64 are written)
+MAX_DEPTHS = 64  # "acceptance_by_position": a draft is at most this deep
 
 # What each known key must hold, in words and as a check: the readers above,
 # and the drafted-text highlight (``gambit.ui.window.reply_record.expand``, which
@@ -136,7 +155,26 @@ STATS_KEYS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "acceptance_rate": ("a number or null", _or_null(_number)),
     "ttft_ms": ("a number or null", _or_null(_number)),
     "p99_ms": ("a number or null", _or_null(_number)),
+    # (read by the statistics panel, for a reply selected after it was written)
+    "p50_ms": ("a number or null", _or_null(_number)),
+    "gamma": ("a whole number of 0 or more", _count),
+    "gamma_reason": ("text", lambda v: isinstance(v, str)),
+    "acceptance_by_position": (
+        f"a list of at most {MAX_DEPTHS} numbers from 0 to 1",
+        lambda v: isinstance(v, list) and len(v) <= MAX_DEPTHS and all(_fraction(x) for x in v),
+    ),
+    "series": (
+        f"a list of at most {MAX_SERIES_POINTS} [seconds, tokens/s, baseline, γ] points",
+        _series,
+    ),
 }
+
+
+def stored_value(stats: Mapping[str, Any], key: str) -> Any:
+    """``stats[key]`` where it holds what its readers assume (``STATS_KEYS``),
+    else None: a record edited by hand or damaged shows no figure, not a crash."""
+    value = stats.get(key)
+    return value if value is not None and STATS_KEYS[key][1](value) else None
 
 
 def stats_problem(stats: Mapping[str, Any], max_drafted: int) -> str | None:

@@ -27,6 +27,17 @@ InfoFor = Callable[[str | os.PathLike[str]], ModelInfo]
 FALLBACK: DrafterKind = "lookup"  # what drafts once a chosen draft is dropped
 
 
+def mode_words(info: ModelInfo) -> str:
+    """How a target's conversations will be written, said before it loads
+    (after "x is the target"): nothing for a model that chats."""
+    if info.has_chat_template:
+        return ""
+    return (
+        ". It has no chat template (a base model), so its conversations open in "
+        "completion mode: it continues the text you write"
+    )
+
+
 @dataclass(frozen=True)
 class Said:
     """A sentence for the pair message box, and how it is tinted."""
@@ -95,13 +106,14 @@ class Choice:
         self.target = str(entry.path)
         draft = self.draft_path()
         why = "" if draft is None else _why_not(entry, draft, info_for)
+        chosen = f"{entry.path.name} is the target{mode_words(entry.info)}."
         if not why:
-            return Said(f"{entry.path.name} is the target.", "good")
+            return Said(chosen, "good")
         self._drop_draft()
         assert draft is not None
         return Said(
-            f"{entry.path.name} is the target. The draft {draft.name} cannot draft for "
-            f"it ({why}), so drafting falls back to prompt lookup.",
+            f"{chosen} The draft {draft.name} cannot draft for it ({why}), so drafting "
+            "falls back to prompt lookup.",
             "warn",
         )
 

@@ -89,7 +89,9 @@ def detail_values(entry: LibraryEntry) -> dict[str, str]:
         "attention": (
             f"{info.head_count} heads, {info.head_count_kv} KV heads, {head_dim} per head"
         ),
-        "template": "yes" if info.has_chat_template else "no (chat needs one; plain text only)",
+        "template": (
+            "yes" if info.has_chat_template else "no: a base model; chats open in completion mode"
+        ),
         "fingerprint": info.tokenizer_digest or "—",
     }
 

@@ -27,7 +27,7 @@ from PySide6.QtCore import QMargins, QPointF, Qt
 from PySide6.QtGui import QBrush, QFont, QPainter, QPalette, QPen, QResizeEvent
 from PySide6.QtWidgets import QFrame, QSizePolicy
 
-from gambit.engine.gamma.metrics import MetricsTracker
+from gambit.engine.gamma.metrics import MetricsSnapshot, MetricsTracker
 from gambit.ui import theme
 
 # Charts share the height the figures leave, between these bounds: at 1024×700 the
@@ -72,10 +72,21 @@ def _decimals(step: float) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
+    """One point of the time charts: tokens/s (the last rounds') and γ at ``t``."""
+
     t: float
     tokens_per_s: float
     baseline: float
     gamma: int
+
+
+def sample_of(snapshot: MetricsSnapshot) -> Sample:
+    return Sample(
+        snapshot.elapsed_s,
+        snapshot.tokens_per_s_rolling,
+        snapshot.baseline_tokens_per_s,
+        snapshot.gamma,
+    )
 
 
 LABEL_PITCH: Final = 18  # px of plot height per value-axis label: fewer ticks when short

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from PySide6.QtCharts import (
     QChartView,
@@ -47,8 +47,10 @@ from gambit.ui.stats.stats_charts import (
     Sample,
     gamma_steps,
     nice_step,
+    sample_of,
     set_range,
 )
+from gambit.ui.stats.stored_figures import stored_figures
 from gambit.ui.theme import Tone
 from gambit.words import counted
 
@@ -62,6 +64,10 @@ SPEEDUP_BAD: Final = 0.97  # below: the bet loses (red); in between: amber
 PLACEHOLDER: Final = NO_FIGURE
 
 _WINDOW = MetricsTracker.WINDOW
+# Above the figures of a reply that is not streaming now (show_stored).
+STORED_SCOPE: Final = "Figures stored with the selected reply"
+CONTINUED_SCOPE: Final = ": its last part (it was continued)"
+CONTINUED_LIVE: Final = "Figures of the reply's last part (it was continued)."
 
 TOOLTIPS: Final[dict[str, str]] = {
     "speedupValue": (
@@ -194,9 +200,13 @@ class StatsPanel(QDockWidget):
         if not self._timer.isActive():
             self._timer.start()
 
-    def start_reply(self) -> None:
-        """Forget the previous reply: clear the charts and the counters."""
+    def start_reply(self, continued: bool = False) -> None:
+        """Forget the previous reply: clear the charts and the counters. A
+        ``continued`` reply's figures are its new part's, and the panel says so."""
         self.clear()
+        if continued:
+            self._scope.setText(CONTINUED_LIVE)
+            self._scope.setVisible(True)
 
     def clear(self) -> None:
         """Show no figures (a model unloads or failed to load: none of them hold now)."""
@@ -204,13 +214,23 @@ class StatsPanel(QDockWidget):
         self._snapshot = None
         self._dirty = False
         self.reply_id = None
+        self._scope.setVisible(False)  # (live figures need no word: they are the reply's)
         self._reset()
 
-    def keep_only(self, shown: set[int | None]) -> None:
-        """Clear the figures of a stored reply that is not among the ``shown``
-        message ids (another conversation opened, or the reply deleted)."""
-        if self.reply_id is not None and self.reply_id not in shown:
-            self.clear()
+    def show_stored(self, reply_id: int | None, stats: dict[str, Any] | None) -> None:
+        """The figures stored with reply ``reply_id`` (a reply selected, or the
+        last of a conversation opened); none where it has none."""
+        self.clear()
+        figures = stored_figures(stats)
+        if figures is None:
+            return
+        snapshot, samples = figures
+        self.reply_id = reply_id
+        self._samples.extend(samples)
+        continued = bool(stats and stats.get("continued"))
+        self._scope.setText(STORED_SCOPE + (CONTINUED_SCOPE if continued else "") + ".")
+        self._scope.setVisible(True)
+        self.set_snapshot(snapshot)
 
     def set_backend(self, text: str) -> None:
         """Show where the models run, e.g. ``"CPU · 2 threads · AVX2"``; empty hides it."""
@@ -273,9 +293,7 @@ class StatsPanel(QDockWidget):
         self._depth_chart.show(snap.acceptance_by_position)
 
     def _add_sample(self, snap: MetricsSnapshot) -> None:
-        sample = Sample(
-            snap.elapsed_s, snap.tokens_per_s_rolling, snap.baseline_tokens_per_s, snap.gamma
-        )
+        sample = sample_of(snap)
         if self._samples:
             last = self._samples[-1].t
             if sample.t < last:  # a new reply started without start_reply()
@@ -436,6 +454,7 @@ class StatsPanel(QDockWidget):
             for name in ("backendValue", "drafterValue", "kernelsValue", "targetValue",
                          "threadsValue", "busyValue")
         )  # fmt: skip
+        self._scope = self._info_line(layout, "scopeValue", wrap=True)  # whose figures
 
         # The figures first (speed, drafting, latency), then the charts: the headline
         # numbers never need scrolling, and the charts share the height that is left.

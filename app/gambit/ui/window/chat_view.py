@@ -10,6 +10,10 @@ text), never inside the app; a code block's "Copy" link puts its code on the
 clipboard. A document attached to a message (``gambit.storage.documents``)
 shows as one line, its name and size, with a link that shows its text.
 
+A conversation in completion mode (a base model's) is one text: its parts
+flow on in place, the model's in a colour of their own, with no names and
+no Markdown, and only the last part's footer under it all.
+
 The view knows where each message starts, so that a click, a right-click or
 Alt+Up/Down makes one the current message (``current``), which the
 per-message actions act on (``gambit.ui.window.message_actions``).
@@ -22,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from PySide6.QtCore import QPoint, QUrl, Signal, Slot
 from PySide6.QtGui import (
@@ -53,6 +57,7 @@ OPENABLE_SCHEMES: Final = frozenset({"http", "https", "mailto"})
 MESSAGE_GAP: Final = 14  # px under each message
 DOCUMENT_SCHEME: Final = "gambit-document"  # a link that shows or hides a document
 FILE_ICON: Final = QUrl("gambit-icon:file")  # the image an attached document's name follows
+GENERATED_COLOUR: Final = "#10b981"  # the model's text: its name's colour in a chat
 
 
 @dataclass
@@ -62,12 +67,15 @@ class ChatMessage:
     drafted: list[bool] = field(default_factory=list)
     footer: str = ""  # reply_footer(): "128 tokens · 95.0 tok/s · … · 1.42× vs plain"
     id: int | None = None  # the stored message's (None: not stored)
+    stats: dict[str, Any] | None = None  # the figures stored with a reply (None: none yet)
 
 
 class ChatView(QTextBrowser):
     # The context menu of a message is about to show: (menu, message index);
     # the per-message actions add themselves to it.
     message_menu = Signal(QMenu, int)
+    # Another message became the current one (its index; None: none is).
+    current_changed = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -90,7 +98,19 @@ class ChatView(QTextBrowser):
         self.last_copied = ""
         self._starts: list[int] = []  # document position where each message begins
         self._expanded: set[str] = set()  # documents shown whole ("<message>.<n>")
-        self.current: int | None = None  # the message the per-message actions act on
+        self._current: int | None = None  # the message the per-message actions act on
+        self.completion = False  # one text continued in place, not turns
+
+    @property
+    def current(self) -> int | None:
+        """The index of the message the per-message actions act on (None: none)."""
+        return self._current
+
+    @current.setter
+    def current(self, index: int | None) -> None:
+        if index != self._current:
+            self._current = index
+            self.current_changed.emit(index)
 
     # ---- whole conversation
     def set_messages(self, messages: list[ChatMessage]) -> None:
@@ -100,8 +120,17 @@ class ChatView(QTextBrowser):
         self.current = None
         self._render_all()
 
+    def set_completion(self, on: bool) -> None:
+        """Show the conversation as one text (completion mode) or as turns."""
+        if on != self.completion:
+            self.completion = on
+            self._render_all()
+
     def append_message(self, message: ChatMessage) -> None:
         self.messages.append(message)
+        if self.completion:  # (the last footer moves under the new part)
+            self._render_all()
+            return
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         self._insert_message(cursor, message, len(self.messages) - 1)
@@ -117,6 +146,9 @@ class ChatView(QTextBrowser):
         reply = ChatMessage("assistant", "", id=msg_id)
         self.messages.append(reply)
         self._streaming = reply
+        if self.completion:
+            self._render_all()
+            return reply
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         self._stream_anchor = cursor.position()
@@ -226,8 +258,11 @@ class ChatView(QTextBrowser):
         """Insert ``m`` at ``cursor`` (at the end of the document): name, body, footer."""
         del self._starts[index:]
         self._starts.append(cursor.position())
+        if self.completion:
+            self._insert_part(cursor, m, index == len(self.messages) - 1, streaming)
+            return
         who = {"user": "You", "assistant": "Gambit", "system": "System"}.get(m.role, m.role)
-        colour = "#3b82f6" if m.role == "user" else "#10b981"
+        colour = "#3b82f6" if m.role == "user" else GENERATED_COLOUR
         if cursor.position() > 0:  # below the previous message
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
         name = QTextCharFormat()
@@ -249,13 +284,43 @@ class ChatView(QTextBrowser):
                     self._insert_markdown(cursor, part, None, f"{index}.{n}")
         if m.footer:
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
-            footer = QTextCharFormat()
-            footer.setForeground(QColor("#9ca3af"))
-            footer.setFontPointSize(max(6.0, self.font().pointSizeF() * 0.85))
-            cursor.insertText(m.footer, footer)
+            cursor.insertText(m.footer, self._footer_format())
         gap = cursor.blockFormat()
         gap.setBottomMargin(MESSAGE_GAP)
         cursor.setBlockFormat(gap)
+
+    def _insert_part(
+        self, cursor: QTextCursor, m: ChatMessage, last: bool, streaming: bool
+    ) -> None:
+        """A part of a completion-mode text, inline after the part before it;
+        the model's in green, its drafted runs washed as in a reply."""
+        plain = QTextCharFormat()
+        if m.role != "assistant":
+            cursor.insertText(m.text, plain)
+        else:
+            plain.setForeground(QColor(GENERATED_COLOUR))
+            drafted = m.drafted if self.highlight_drafted else []
+            washed = QTextCharFormat(plain)
+            washed.setBackground(markdown.DRAFT_BG)
+            start = 0
+            while start < len(m.text):
+                flag = start < len(drafted) and drafted[start]
+                end = start + 1
+                while end < len(m.text) and (end < len(drafted) and drafted[end]) == flag:
+                    end += 1
+                cursor.insertText(m.text[start:end], washed if flag else plain)
+                start = end
+            if streaming:
+                cursor.insertText(markdown.CARET, plain)
+        if last and m.footer:
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            cursor.insertText(m.footer, self._footer_format())
+
+    def _footer_format(self) -> QTextCharFormat:
+        footer = QTextCharFormat()
+        footer.setForeground(QColor("#9ca3af"))
+        footer.setFontPointSize(max(6.0, self.font().pointSizeF() * 0.85))
+        return footer
 
     def _insert_markdown(
         self, cursor: QTextCursor, text: str, drafted: list[bool] | None, key: str

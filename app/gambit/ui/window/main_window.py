@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QCloseEvent
-from PySide6.QtWidgets import QInputDialog, QListWidgetItem, QMenu, QSplitter, QToolBar
+from PySide6.QtWidgets import QInputDialog, QListWidgetItem, QSplitter, QToolBar
 
 from gambit.engine.text.pacing import REPAINT_S
 from gambit.engine.text.reply import GenerationConfig
@@ -28,11 +28,13 @@ from gambit.ui.window.attachments import Attachments
 from gambit.ui.window.chat_view import ChatMessage
 from gambit.ui.window.menus import MenuBar
 from gambit.ui.window.message_actions import MessageActions
+from gambit.ui.window.panel_follow import PanelFollow
 from gambit.ui.window.reply_flow import ReplyFlow
 from gambit.ui.window.reply_record import shown_messages
 from gambit.ui.window.window_layout import WindowPanes
-from gambit.ui.window.window_widgets import LatencyProbe, exec_once, named
+from gambit.ui.window.window_widgets import LatencyProbe, exec_once, named, speculation_text
 from gambit.ui.window.worker_lost import offer_local
+from gambit.ui.window.writing_mode import WritingMode, mode_for
 
 if TYPE_CHECKING:
     from gambit.qt.served import LocalService  # (the web stack loads only when served)
@@ -109,7 +111,9 @@ class MainWindow(WindowPanes):
         self._repaint.timeout.connect(self.chat.flush_reply)
         self._repaint.start()
         self.replies = ReplyFlow(self, self, self.worker, self.stats)
+        self.panel_follow = PanelFollow(self.chat, self.stats, lambda: self.generating)
         self.message_actions = MessageActions(self, self)
+        self.writing = WritingMode(self, self.menus.menus["viewMenu"])
         self.menuBar().insertMenu(
             self.menus.menus["viewMenu"].menuAction(), self.message_actions.menu("&Message")
         )
@@ -158,7 +162,8 @@ class MainWindow(WindowPanes):
         self.new_button.clicked.connect(self.new_conversation)
         self.search.textChanged.connect(lambda: self._refresh_list(follow=True))
         self.list.currentItemChanged.connect(self._on_conversation_selected)
-        self.list.customContextMenuRequested.connect(self._on_list_menu)
+        self.list.rename_requested.connect(self.rename_conversation)
+        self.list.delete_requested.connect(self.delete_conversation)
         self.speculation_action.toggled.connect(self._on_speculation_toggled)
         self.settings_action.triggered.connect(self.open_settings)
         self.models_action.triggered.connect(self.open_models)
@@ -233,6 +238,7 @@ class MainWindow(WindowPanes):
             drafter += f" ({info.draft_name})"
         self.model_label.setText(f"{info.target_name}{drafter}")
         self.stats.set_engine(info)
+        self.writing.fit_model(info)  # (an empty chat follows a base model)
         self.statusBar().showMessage(f"Ready — loaded in {info.load_seconds:.1f} s", 5000)
         self._update_speculation_label()
         self.update_buttons()
@@ -265,9 +271,12 @@ class MainWindow(WindowPanes):
     # attached documents) stay in the input until stored (``ReplyFlow``).
     @Slot()
     def send(self) -> None:
-        text = self.input.toPlainText().strip()
+        """The typed text (and documents) as the next message; in completion
+        mode, as typed (spaces count), and with nothing typed, more of the text."""
+        typed = self.input.toPlainText()
+        text = typed if self.writing.completion and typed.strip() else typed.strip()
         documents = self.attachment_bar.documents
-        if not (text or documents) or not self._ready_for_reply():
+        if not (text or documents or self.writing.has_text) or not self._ready_for_reply():
             return
         if self._send(compose(text, documents)):
             self.input.clear()
@@ -300,7 +309,7 @@ class MainWindow(WindowPanes):
             else:
                 self.statusBar().showMessage("The model is not loaded yet.", 5000)
             return False
-        return True
+        return not self.writing.refuses(self.engine_info)
 
     def _send(self, content: str) -> bool:
         """Store ``content`` as the user's message (a new chat's title made from
@@ -312,6 +321,9 @@ class MainWindow(WindowPanes):
             self.new_conversation()
             if self.conversation_id is None:
                 return False  # it said why; the text stays in the input box
+        if not content:  # (completion mode: more of the text as it is)
+            self.replies.start(self.conversation_id, config)
+            return True
         try:
             msg_id = self.store.add_message(self.conversation_id, "user", content)
         except Exception as exc:
@@ -360,11 +372,16 @@ class MainWindow(WindowPanes):
 
     @Slot()
     def continue_reply(self) -> None:
-        """Continue: more of the last reply, which was cut."""
+        """Continue: more of the last reply, which was cut (completion mode:
+        more of the text, as a new part)."""
         if self.conversation_id is None or not self._ready_for_reply():
             return
         config = self._generation_config()
         if config is None:
+            return
+        if self.writing.completion:
+            if self.writing.has_text:
+                self.replies.start(self.conversation_id, config)
             return
         try:
             messages = self.store.messages(self.conversation_id)
@@ -422,7 +439,7 @@ class MainWindow(WindowPanes):
         if self.generating:
             return
         try:
-            conv_id = self.store.create()
+            conv_id = self.store.create(mode=mode_for(self.engine_info))
         except Exception as exc:  # a full disk at start must not stop the window opening
             self.report("A new chat could not be started", exc)
             return
@@ -443,8 +460,9 @@ class MainWindow(WindowPanes):
 
     def show_conversation(self, conv_id: int) -> None:
         messages = self.store.messages(conv_id)
+        self.writing.show(conv_id, self.store.get(conv_id).completion)
         self.chat.set_messages(shown_messages(messages))
-        self.stats.keep_only({m.id for m in messages})  # (no other reply's figures)
+        self.panel_follow.conversation_shown()  # (its figures: never another's)
         self.update_buttons()
 
     def open_conversation(self, conv_id: int) -> None:
@@ -453,21 +471,6 @@ class MainWindow(WindowPanes):
         self.conversation_id = conv_id
         self._refresh_list()
         self.show_conversation(conv_id)
-
-    @Slot(QPoint)
-    def _on_list_menu(self, pos: QPoint) -> None:
-        item = self.list.itemAt(pos)
-        if item is None or self.generating:
-            return
-        conv_id = self.list.conversation_id(item)
-        menu = QMenu(self)
-        rename = menu.addAction("Rename…")
-        delete = menu.addAction("Delete")
-        chosen = menu.exec(self.list.mapToGlobal(pos))
-        if chosen is rename:
-            self.rename_conversation(conv_id)
-        elif chosen is delete:
-            self.delete_conversation(conv_id)
 
     def rename_conversation(self, conv_id: int, title: str | None = None) -> None:
         if title is None:
@@ -483,6 +486,7 @@ class MainWindow(WindowPanes):
         self.store.delete(conv_id)
         if conv_id == self.conversation_id:
             self.conversation_id = None
+            self.writing.show(None, False)
             self.chat.set_messages([])
         self._refresh_list()
         if self.conversation_id is None:
@@ -563,8 +567,9 @@ class MainWindow(WindowPanes):
         idle = ready and not self.generating
         msgs = self.chat.messages
         self.regen_button.setEnabled(idle and bool(msgs) and msgs[-1].role == "assistant")
-        cut = self._last_was_cut()
+        cut = self._last_was_cut() or self.writing.has_text
         self.continue_button.setEnabled(idle and cut)
+        self.writing.set_enabled(not self.generating)
         self.list.setEnabled(not self.generating)
         self.new_button.setEnabled(not self.generating)
         self.message_actions.update(continuable=cut)
@@ -579,14 +584,8 @@ class MainWindow(WindowPanes):
             return False
 
     def _update_speculation_label(self) -> None:
-        info = self.engine_info
-        if info is None or info.drafter_label is None:
-            text = "Speculation: no drafter"
-        elif not self.speculation_action.isChecked():
-            text = "Speculation: off"
-        else:
-            text = f"Speculation: {info.drafter_label}, {self.settings.policy}"
-        self.spec_label.setText(text)
+        on = self.speculation_action.isChecked()
+        self.spec_label.setText(speculation_text(self.engine_info, on, self.settings.policy))
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         if self.closing:  # (closed already: the app closes it again after exec())

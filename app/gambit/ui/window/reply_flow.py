@@ -25,8 +25,10 @@ from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.prompts.continuing import CUT_STOPS, KEPT_TOKENS, kept_record, kept_tokens
-from gambit.storage.prompts.history import prompt_messages
+from gambit.storage.prompts.history import completion_text, prompt_messages
+from gambit.ui.stats.stats_charts import Sample, sample_of
 from gambit.ui.stats.stats_panel import StatsPanel
+from gambit.ui.stats.stored_figures import series_of
 from gambit.ui.window.chat_view import reply_footer
 from gambit.ui.window.reply_record import continued_stats, run_lengths, stats_dict
 from gambit.ui.window.window_layout import WindowPanes
@@ -63,6 +65,8 @@ class _Streaming:
     base_stats: dict[str, Any] | None = None  # None: a new reply
     tokens: list[int] = field(default_factory=list)  # from the deltas, a continued start first
     saved_text: str = ""  # the text as last written
+    completion: bool = False  # a part of a completion-mode text (not a chat turn)
+    samples: list[Sample] = field(default_factory=list)  # the panel's charts, as drawn
 
     @property
     def continued(self) -> bool:
@@ -73,6 +77,7 @@ class ReplyFlow(QObject):
     """Starts, streams and ends the window's replies on ``worker``."""
 
     request_generate = Signal(object, object)  # list[Message], GenerationConfig
+    request_complete = Signal(str, object)  # the text to continue, GenerationConfig
     request_continue = Signal(object, object, object)  # list[Message], config, KeptTokens
     ended = Signal()  # a reply is over (written, or why not said)
 
@@ -84,6 +89,7 @@ class ReplyFlow(QObject):
         self.worker = worker
         self._reply: _Streaming | None = None
         self.request_generate.connect(worker.generate)
+        self.request_complete.connect(worker.complete)
         self.request_continue.connect(worker.continue_reply)
         worker.delta.connect(self._on_delta)
         worker.finished.connect(self._on_finished)
@@ -98,18 +104,24 @@ class ReplyFlow(QObject):
 
     # ------------------------------------------------------------------ start
     def start(self, conv_id: int, config: GenerationConfig) -> None:
-        """A reply to conversation ``conv_id`` as stored, in a new row."""
+        """A reply to conversation ``conv_id`` as stored, in a new row: the next
+        chat turn, or in completion mode the text's next part."""
         store, info = self.window.store, self.host.engine_info
         try:
-            history = prompt_messages(store.messages(conv_id), self.window.settings.system_prompt)
+            completion = store.get(conv_id).completion
+            stored = store.messages(conv_id)
+            history = prompt_messages(stored, self.window.settings.system_prompt)
             msg_id = store.add_message(conv_id, "assistant", "", complete=False)
         except Exception as exc:
             self.window.report("The reply could not be started", exc)
             return
-        self._reply = _Streaming(msg_id, info.tokenizer if info else "")
+        self._reply = _Streaming(msg_id, info.tokenizer if info else "", completion=completion)
         self.window.chat.begin_reply(msg_id)
         self._go()
-        self.request_generate.emit(history, config)
+        if completion:
+            self.request_complete.emit(completion_text(stored), config)
+        else:
+            self.request_generate.emit(history, config)
 
     def resume(self, stored: list[StoredMessage], config: GenerationConfig) -> None:
         """More of ``stored[-1]``, a reply that was cut (``can_continue``), in its row."""
@@ -125,7 +137,7 @@ class ReplyFlow(QObject):
         self.request_continue.emit(history, config, kept_tokens(cut.stats))
 
     def _go(self) -> None:
-        self.stats.start_reply()
+        self.stats.start_reply(continued=self._reply is not None and self._reply.continued)
         self.host.update_buttons()
         self._autosave.start()
 
@@ -140,8 +152,8 @@ class ReplyFlow(QObject):
     def _kept(self, reply: _Streaming, stop: str, tokens: list[int]) -> dict[str, Any]:
         """The tokens to keep with a reply that ended with ``stop`` (none once it
         ended on its own: it is not continued)."""
-        if stop not in CUT_STOPS or not tokens or not reply.tokenizer:
-            return {}
+        if stop not in CUT_STOPS or not tokens or not reply.tokenizer or reply.completion:
+            return {}  # (a completion goes on from its text: Continue adds a part)
         return {KEPT_TOKENS: kept_record(KeptTokens(reply.tokenizer, tuple(tokens)))}
 
     @Slot()
@@ -174,6 +186,8 @@ class ReplyFlow(QObject):
         self.window.chat.add_to_reply(delta.text, delta.drafted, delta.round_s)
         if delta.snapshot is not None:
             self.stats.set_snapshot(delta.snapshot)
+            if self._reply is not None:
+                self._reply.samples.append(sample_of(delta.snapshot))
 
     # ------------------------------------------------------------------- end
     @Slot(object)
@@ -207,6 +221,9 @@ class ReplyFlow(QObject):
                 failure = exc
         shown = stats if stats is not None else reply.base_stats
         try:
+            streaming = self.window.chat.streaming
+            if streaming is not None:  # (selected again later, the panel shows these)
+                streaming.stats = shown
             self.window.chat.end_reply(reply_footer(shown))  # as it will read when reopened
             if result is not None and result.snapshot.n_tokens:
                 self.stats.set_snapshot(result.snapshot)  # every figure from this reply
@@ -225,6 +242,8 @@ class ReplyFlow(QObject):
         """The stats to write with the reply's end; None for a continuation that
         added nothing (the reply stays as it was)."""
         stats = stats_dict(result, error)
+        if result is not None:
+            stats["series"] = series_of([*reply.samples, sample_of(result.snapshot)])
         new_drafted = result.drafted if result is not None else ()
         stats["drafted"] = run_lengths((*reply.base_drafted, *new_drafted))
         tokens = list(result.tokens) if result is not None and result.tokens else reply.tokens

@@ -12,6 +12,7 @@ from typing import Any
 
 from gambit.qt.reply_stream import ReplyResult
 from gambit.storage.chat_store.rows import StoredMessage
+from gambit.storage.reply_stats import MAX_DEPTHS
 from gambit.ui.window.chat_view import ChatMessage, reply_footer
 
 
@@ -32,7 +33,12 @@ def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
         "accepted_by_drafter": dict(s.accepted_by_drafter),
         "acceptance_rate": s.acceptance_rate,
         "ttft_ms": s.ttft_ms,
+        "p50_ms": s.p50_ms,
         "p99_ms": s.p99_ms,
+        # the controller's last word and the depths' acceptance, for the panel
+        "gamma": s.gamma,
+        "gamma_reason": s.gamma_reason,
+        "acceptance_by_position": [round(a, 4) for a in s.acceptance_by_position[:MAX_DEPTHS]],
         "busy": s.busy,  # other programs kept the cores busy meanwhile (None: quiet)
         # why a reply that drafted claims no speedup (None: it claims one, or drafted nothing)
         "speedup_withheld": s.speedup_withheld,
@@ -88,5 +94,5 @@ def shown_messages(stored: Iterable[StoredMessage]) -> list[ChatMessage]:
         footer = reply_footer(m.stats) if m.role == "assistant" else ""
         drafted = list(m.stats.get("drafted", [])) if m.stats else []
         flags = expand(drafted, len(m.content))
-        shown.append(ChatMessage(m.role, m.content, flags, footer, id=m.id))
+        shown.append(ChatMessage(m.role, m.content, flags, footer, id=m.id, stats=m.stats))
     return shown

@@ -6,6 +6,7 @@ opens the window's message boxes."""
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -31,6 +32,10 @@ from gambit.ui.window.window_widgets import (
 )
 
 log = logging.getLogger(__name__)
+
+
+# The input box's hint in a chat (gambit.ui.window.writing_mode has completion mode's).
+CHAT_HINT: Final = "Message Gambit — Enter to send, Shift+Enter for a new line"
 
 
 class WindowPanes(QMainWindow):
@@ -61,7 +66,6 @@ class WindowPanes(QMainWindow):
         self.chat.highlight_drafted = self.settings.highlight_drafted
         self.chat.pacing = self.settings.even_streaming
         self.input = named(InputEdit(), "inputEdit")
-        self.input.setPlaceholderText("Message Gambit — Enter to send, Shift+Enter for a new line")
         self.input.setFixedHeight(96)
         self.attachment_bar = AttachmentBar()
         buttons = QHBoxLayout()

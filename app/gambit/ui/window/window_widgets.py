@@ -6,13 +6,14 @@ import time
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
-from PySide6.QtCore import QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QObject, QPoint, QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
     QListWidget,
     QListWidgetItem,
+    QMenu,
     QMessageBox,
     QPlainTextEdit,
     QStyle,
@@ -22,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gambit.qt.worker import EngineInfo
 from gambit.storage.chat_store.conversations import BRANCH_SUFFIX
 from gambit.storage.chat_store.rows import ConversationSummary
 from gambit.storage.documents import Document, format_size
@@ -63,20 +65,33 @@ class _ElidingDelegate(QStyledItemDelegate):
         return QSize(1, hint.height())
 
 
-def list_title(title: str) -> str:
+def speculation_text(info: EngineInfo | None, on: bool, policy: str) -> str:
+    """The status bar's word on speculation: "Speculation: draft model, adaptive"."""
+    if info is None or info.drafter_label is None:
+        return "Speculation: no drafter"
+    return f"Speculation: {info.drafter_label}, {policy}" if on else "Speculation: off"
+
+
+def list_title(title: str, branched_from: str = "") -> str:
     """A conversation's title as the list shows it: a branch marked at the front,
-    which eliding a long title never cuts ("Branch · Explain in three…")."""
+    which eliding a long title never cuts ("Branch · Explain in three…"), and
+    on a second line the message it was branched at ("↳ at “The sky is…”")."""
     if title.endswith(BRANCH_SUFFIX) and len(title) > len(BRANCH_SUFFIX):
-        return f"Branch · {title.removesuffix(BRANCH_SUFFIX)}"
-    return title
+        title = f"Branch · {title.removesuffix(BRANCH_SUFFIX)}"
+    return f"{title}\n↳ at “{branched_from}”" if branched_from else title
 
 
 class ConversationList(QListWidget):
-    """The sidebar's list of conversations; each item carries its conversation's id."""
+    """The sidebar's list of conversations; each item carries its conversation's
+    id, and its context menu asks to rename or delete one."""
+
+    rename_requested = Signal(int)  # conversation id
+    delete_requested = Signal(int)
 
     def __init__(self) -> None:
         super().__init__()
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.customContextMenuRequested.connect(self._on_menu)
         # Long titles end in "…" (the tooltip has them whole), never a sideways scroll.
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setTextElideMode(Qt.TextElideMode.ElideRight)
@@ -93,9 +108,12 @@ class ConversationList(QListWidget):
         self.blockSignals(True)
         self.clear()
         for conv in conversations:
-            item = QListWidgetItem(list_title(conv.title))
+            item = QListWidgetItem(list_title(conv.title, conv.branched_from))
             item.setData(Qt.ItemDataRole.UserRole, conv.id)
-            item.setToolTip(f"{conv.title}\n{conv.preview}" if conv.preview else conv.title)
+            tip = conv.title
+            if conv.branched_from:
+                tip += f"\nBranched at: {conv.branched_from}"
+            item.setToolTip(f"{tip}\n{conv.preview}" if conv.preview else tip)
             self.addItem(item)
             if conv.id == select:
                 self.setCurrentItem(item)
@@ -106,6 +124,21 @@ class ConversationList(QListWidget):
     @staticmethod
     def conversation_id(item: QListWidgetItem) -> int:
         return int(item.data(Qt.ItemDataRole.UserRole))
+
+    @Slot(QPoint)
+    def _on_menu(self, pos: QPoint) -> None:
+        item = self.itemAt(pos)
+        if item is None:  # (while a reply runs the list is disabled: no menu at all)
+            return
+        conv_id = self.conversation_id(item)
+        menu = QMenu(self)
+        rename = menu.addAction("Rename…")
+        delete = menu.addAction("Delete")
+        chosen = menu.exec(self.mapToGlobal(pos))
+        if chosen is rename:
+            self.rename_requested.emit(conv_id)
+        elif chosen is delete:
+            self.delete_requested.emit(conv_id)
 
 
 class AttachmentBar(QWidget):
