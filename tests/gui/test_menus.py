@@ -15,9 +15,11 @@ from shiboken6 import Shiboken
 
 from gambit import __version__
 from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.paths import docs_dir
 from gambit.storage.settings import SettingsStore
 from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings.settings_dialog import SettingsDialog
+from gambit.ui.window.docs_window import DocsWindow, page_title
 from gambit.ui.window.main_window import MainWindow
 from gambit.ui.window.shortcuts_dialog import ShortcutsDialog
 
@@ -52,9 +54,10 @@ MENUS = {
         "Tools",
         ["speculationAction", "modelsAction", "settingsAction", "measureAction", "serverAction"],
     ),
-    "helpMenu": ("Help", ["shortcutsAction", "aboutAction", "openLogsAction"]),
+    "helpMenu": ("Help", ["docsAction", "shortcutsAction", "aboutAction", "openLogsAction"]),
 }
 SHORTCUTS = {
+    "docsAction": "F1",
     "newChatAction": "Ctrl+N",
     "importChatsAction": "Ctrl+O",
     "quitAction": "Ctrl+Q",
@@ -370,3 +373,41 @@ def test_the_window_and_its_dialogs_leave_each_widget_one_owner(
         assert len(shown) == 1, name
         shown[0].close()
     assert _two_owners(window) == []
+
+
+def test_help_documentation_shows_the_pages_installed_with_the_app(
+    qtbot: QtBot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    qtbot.keyClick(window.input, Qt.Key.Key_F1)
+    docs = window.findChild(DocsWindow, "docsWindow")
+    assert isinstance(docs, DocsWindow) and docs.isVisible()
+    root = docs_dir()
+    assert root is not None and docs.shown == root / "README.md"
+    assert docs.browser.toPlainText().startswith("Gambit\n")  # its first heading, rendered
+    titles = [docs.pages.item(i).text() for i in range(docs.pages.count())]
+    for page in sorted((root / "docs").glob("*.md")):  # every guide, by its heading
+        assert page_title(page) in titles
+    assert "Export and import conversations" in titles
+    assert any(t.startswith("Design 27: Learning in proportion") for t in titles)
+
+    # A link to another page opens it here; a web link goes to the system
+    # browser; a link to anything else (a source file) is not followed.
+    docs.browser.anchorClicked.emit(QUrl("docs/export.md"))
+    assert docs.shown == root / "docs" / "export.md"
+    assert docs.pages.currentItem().text() == "Export and import conversations"
+    opened: list[QUrl] = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", opened.append)
+    docs.browser.anchorClicked.emit(QUrl("https://pyinstaller.org"))
+    docs.browser.anchorClicked.emit(QUrl("../app/gambit/storage/chat_files/chat_export.py"))
+    assert opened == [QUrl("https://pyinstaller.org")]
+    assert docs.shown == root / "docs" / "export.md"
+    _action(window, "docsAction").trigger()  # once open, the same window again
+    assert window.findChildren(DocsWindow) == [docs]
+
+
+def test_documentation_that_is_not_installed_says_so(qtbot: QtBot, tmp_path: Path) -> None:
+    docs = DocsWindow(None, tmp_path)
+    qtbot.addWidget(docs)
+    docs.show()
+    assert docs.pages.count() == 0 and docs.missing.isVisible()
+    assert docs.shown is None

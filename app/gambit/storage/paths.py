@@ -56,6 +56,16 @@ def cache_dir() -> Path:
     return home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
+def docs_dir() -> Path | None:
+    """The folder holding ``README.md`` and ``docs/``, the documentation shipped
+    with the app: the package's (wheel, frozen bundle) or the source tree's."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package, package.parents[1]):
+        if (candidate / "README.md").is_file() and (candidate / "docs").is_dir():
+            return candidate
+    return None
+
+
 def resources_dir() -> Path | None:
     """The ``resources/`` folder: inside the package (wheel, frozen bundle) or the source tree."""
     package = Path(__file__).resolve().parents[1]

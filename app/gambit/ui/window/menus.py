@@ -23,6 +23,7 @@ from gambit.storage.chat_files.chat_export import ExportFormat
 from gambit.storage.paths import log_dir
 from gambit.storage.settings import Settings
 from gambit.ui.window.chat_files import ChatFiles
+from gambit.ui.window.docs_window import DocsWindow
 from gambit.ui.window.shortcuts_dialog import ShortcutsDialog, shortcut_rows
 from gambit.ui.window.window_layout import WindowPanes
 
@@ -119,6 +120,7 @@ class MenuBar(QObject):
         self._about_box: QMessageBox | None = None  # while it is open
         self._measure: MeasureDialog | None = None  # one per window: it outlives a close mid-run
         self._server: ServerDialog | None = None
+        self._docs: DocsWindow | None = None  # Help → Documentation, once opened
 
     # ----------------------------------------------------------------- actions
     def _action(self, text: str, name: str, tip: str, keys: list[QKeySequence]) -> QAction:
@@ -202,7 +204,12 @@ class MenuBar(QObject):
         self._build_help_actions()
 
     def _build_help_actions(self) -> None:
-        """Help → Keyboard shortcuts, About Gambit, Open log folder."""
+        """Help → Documentation, Keyboard shortcuts, About Gambit, Open log folder."""
+        self.docs = self._action(
+            "&Documentation", "docsAction", "Read Gambit's documentation, as installed",
+            standard_keys(QKeySequence.StandardKey.HelpContents, "F1"),
+        )  # fmt: skip
+        self.docs.triggered.connect(self.show_docs)
         self.shortcuts = self._action(
             "&Keyboard shortcuts", "shortcutsAction", "Every keyboard shortcut of the window",
             [QKeySequence("Ctrl+/")],
@@ -271,7 +278,7 @@ class MenuBar(QObject):
         tools.addSeparator()
         tools.addAction(self.measure)
         tools.addAction(self.server)
-        menus["helpMenu"].addActions([self.shortcuts, self.about, self.open_logs])
+        menus["helpMenu"].addActions([self.docs, self.shortcuts, self.about, self.open_logs])
         self.menus = menus
 
     # ------------------------------------------------------------------- slots
@@ -394,6 +401,15 @@ class MenuBar(QObject):
             return  # closed before the details came
         box.setText(about_text(lines))
         box.setDetailedText("\n".join(lines))
+
+    @Slot()
+    def show_docs(self) -> None:
+        """Help → Documentation: one window, raised again when open."""
+        if self._docs is None:
+            self._docs = DocsWindow(self.window)
+        self._docs.show()
+        self._docs.raise_()
+        self._docs.activateWindow()
 
     @Slot()
     def show_shortcuts(self) -> None:
