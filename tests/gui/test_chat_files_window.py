@@ -94,8 +94,9 @@ def test_file_menu_holds_import_and_the_exports(window: MainWindow) -> None:
     file_menu = window.menuBar().findChild(QMenu, "fileMenu")
     assert isinstance(file_menu, QMenu)
     names = [a.objectName() for a in file_menu.actions() if not a.isSeparator()]
-    assert names == ["newChatAction", "attachAction", "importChatsAction",
-                     "exportChatMenuAction", "exportAllMenuAction", "quitAction"]  # fmt: skip
+    assert names == ["newChatAction", "newFromPresetMenuAction", "attachAction",
+                     "importChatsAction", "exportChatMenuAction", "exportAllMenuAction",
+                     "quitAction"]  # fmt: skip
     for scope in ("Chat", "All"):
         sub = window.findChild(QMenu, f"export{scope}Menu")
         assert isinstance(sub, QMenu)

@@ -28,6 +28,7 @@ MENUS = {
         "File",
         [
             "newChatAction",
+            "newFromPresetMenuAction",
             "attachAction",
             "importChatsAction",
             "exportChatMenuAction",
@@ -52,7 +53,14 @@ MENUS = {
     "viewMenu": ("View", ["statisticsAction", "sidebarAction", "completionModeAction"]),
     "toolsMenu": (
         "Tools",
-        ["speculationAction", "modelsAction", "settingsAction", "measureAction", "serverAction"],
+        [
+            "speculationAction",
+            "modelsAction",
+            "settingsAction",
+            "presetsAction",
+            "measureAction",
+            "serverAction",
+        ],
     ),
     "helpMenu": ("Help", ["docsAction", "shortcutsAction", "aboutAction", "openLogsAction"]),
 }

@@ -69,6 +69,11 @@ def test_system_prompt_comes_first() -> None:
     assert messages == [Message("system", "Be brief."), Message("user", "Q2")]
     assert prompt_messages(history, "   ")[0].role == "user"
     ChatTemplate(STRICT_TEMPLATE).render(messages)
+    # A conversation's own system prompt (from its preset) is the one it keeps.
+    own = stored(("system", "Answer in French."), ("user", "Q1"))
+    assert prompt_messages(own, "Be brief.") == [
+        Message("system", "Answer in French."), Message("user", "Q1")
+    ]  # fmt: skip
 
 
 def test_replies_left_without_their_question_keep_the_turns_alternating() -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gambit.engine.text.continuation import KeptTokens
-from gambit.storage.chat_store.conversations import ConversationStore, MessageNotFoundError
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.store_errors import MessageNotFoundError
 from gambit.storage.prompts.continuing import can_continue, kept_record, kept_tokens, was_cut
 
 

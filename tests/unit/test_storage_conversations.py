@@ -12,13 +12,15 @@ import pytest
 from gambit.errors import GambitError
 from gambit.storage.chat_store import conversations as conv_module
 from gambit.storage.chat_store.conversations import (
-    SCHEMA_VERSION,
-    ConversationNotFoundError,
     ConversationStore,
-    ConversationStoreError,
-    MessageNotFoundError,
     default_store_path,
     message_title,
+)
+from gambit.storage.chat_store.schema import SCHEMA_VERSION
+from gambit.storage.chat_store.store_errors import (
+    ConversationNotFoundError,
+    ConversationStoreError,
+    MessageNotFoundError,
 )
 from gambit.storage.documents import Document, compose
 

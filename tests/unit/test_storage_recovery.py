@@ -10,14 +10,11 @@ from pathlib import Path
 import pytest
 
 from gambit.storage.chat_store import conversations as conv_module
-from gambit.storage.chat_store.conversations import (
-    SCHEMA_VERSION,
-    ConversationStore,
-    DamagedStoreError,
-    StoreInUseError,
-)
+from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.chat_store.recovery import NOT_SAVED, OpenedHistory, move_aside, open_history
 from gambit.storage.chat_store.salvage import RECOVERED_TITLE, salvage
+from gambit.storage.chat_store.schema import SCHEMA_VERSION
+from gambit.storage.chat_store.store_errors import DamagedStoreError, StoreInUseError
 
 N_CONVERSATIONS, N_MESSAGES = 30, 8
 

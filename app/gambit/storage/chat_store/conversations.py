@@ -28,7 +28,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
-from gambit.errors import GambitError
 from gambit.fsutil import make_private_dirs
 from gambit.storage import paths
 from gambit.storage.chat_store.rows import ConversationSummary, Role, StoredMessage
@@ -38,6 +37,14 @@ from gambit.storage.chat_store.schema import (
     SCHEMA_VERSION,
     bring_up_to_date,
 )
+from gambit.storage.chat_store.store_errors import (
+    LOCK_TIMEOUT_S,
+    ConversationNotFoundError,
+    ConversationStoreError,
+    DamagedStoreError,
+    MessageNotFoundError,
+    StoreInUseError,
+)
 from gambit.storage.documents import split
 from gambit.storage.files import touch_private
 
@@ -45,7 +52,6 @@ log = logging.getLogger(__name__)
 
 ROLES: tuple[Role, ...] = ("system", "user", "assistant")
 PREVIEW_CHARS = 100
-LOCK_TIMEOUT_S = 5.0  # how long a write waits for another process's write lock
 
 # Shared by list() and get(): one row per conversation with its message count
 # and the start of its latest non-system message (cut in SQL so that a long
@@ -62,40 +68,6 @@ _SUMMARY_SELECT = """
 # Strictly later than the newest updated_at in the file, by at least this much:
 # see ConversationStore._stamp.
 _TICK = 0.001
-
-
-class ConversationStoreError(GambitError):
-    """The history file cannot be opened or written."""
-
-
-class DamagedStoreError(ConversationStoreError):
-    """The history file is not a readable SQLite database with Gambit's tables."""
-
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"Cannot open the chat history {path}: it is damaged ({reason}).")
-        self.reason = reason
-
-
-class StoreInUseError(ConversationStoreError):
-    """Another process has held the history file's write lock for LOCK_TIMEOUT_S."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(
-            f"The conversation database {path} is in use by another Gambit window or "
-            f"process, which has kept it locked for more than {LOCK_TIMEOUT_S:g} seconds."
-        )
-
-
-class ConversationNotFoundError(ConversationStoreError):
-    def __init__(self, conv_id: int) -> None:
-        super().__init__(f"Conversation {conv_id} does not exist (it may have been deleted).")
-        self.conv_id = conv_id
-
-
-class MessageNotFoundError(ConversationStoreError):
-    def __init__(self, msg_id: int) -> None:
-        super().__init__(f"Message {msg_id} does not exist (it may have been deleted).")
-        self.msg_id = msg_id
 
 
 def default_store_path() -> Path:
@@ -344,8 +316,11 @@ class ConversationStore:
         return int(row[0]), int(row[1])
 
     # ------------------------------------------------------------ conversations
-    def create(self, title: str = "New chat", mode: str = "chat", preset: str = "") -> int:
-        """A new, empty conversation; returns its id. It is listed first."""
+    def create(
+        self, title: str = "New chat", mode: str = "chat", preset: str = "", system_prompt: str = ""
+    ) -> int:
+        """A new conversation, empty but for ``system_prompt`` (if not blank) as
+        its first message; returns its id. It is listed first."""
         title = title.strip() or "New chat"
         _check_mode(mode)
         with self._write() as conn:
@@ -356,14 +331,57 @@ class ConversationStore:
                 (title, stamp, stamp, mode, preset),
             )
             assert cur.lastrowid is not None
+            if system_prompt.strip():
+                conn.execute(
+                    "INSERT INTO messages (conversation_id, position, role, content, created_at)"
+                    " VALUES (?, 0, 'system', ?, ?)",
+                    (cur.lastrowid, system_prompt.strip(), stamp),
+                )
             return cur.lastrowid
+
+    def set_system_prompt(self, conv_id: int, text: str) -> None:
+        """Make ``text`` the conversation's system prompt, its first message
+        (blank: it has none); the other messages stay in their order."""
+        text = text.strip()
+        with self._write() as conn:
+            self._require_conversation(conn, conv_id)
+            first = conn.execute(
+                "SELECT id, role FROM messages WHERE conversation_id = ? ORDER BY position LIMIT 1",
+                (conv_id,),
+            ).fetchone()
+            if first is not None and first[1] == "system":
+                if text:
+                    conn.execute("UPDATE messages SET content = ? WHERE id = ?", (text, first[0]))
+                else:
+                    conn.execute("DELETE FROM messages WHERE id = ?", (first[0],))
+            elif text:
+                # Every position one up, through negatives: positions stay unique throughout.
+                for step in ("-position - 1", "-position"):
+                    conn.execute(
+                        f"UPDATE messages SET position = {step} WHERE conversation_id = ?",
+                        (conv_id,),
+                    )
+                conn.execute(
+                    "INSERT INTO messages (conversation_id, position, role, content, created_at)"
+                    " VALUES (?, 0, 'system', ?, ?)",
+                    (conv_id, text, time.time()),
+                )
 
     def set_mode(self, conv_id: int, mode: str) -> None:
         """Write the conversation as chat turns or as one text ("completion");
         its messages stay as they are, and it stays where it is in the list."""
         _check_mode(mode)
+        self._set(conv_id, "mode", mode)
+
+    def set_preset(self, conv_id: int, preset: str) -> None:
+        """Name the preset the conversation's replies are sampled with."""
+        self._set(conv_id, "preset", preset)
+
+    def _set(self, conv_id: int, column: str, value: str) -> None:
         with self._write() as conn:
-            cur = conn.execute("UPDATE conversations SET mode = ? WHERE id = ?", (mode, conv_id))
+            cur = conn.execute(
+                f"UPDATE conversations SET {column} = ? WHERE id = ?", (value, conv_id)
+            )
             if cur.rowcount == 0:
                 raise ConversationNotFoundError(conv_id)
 

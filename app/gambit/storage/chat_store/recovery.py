@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gambit.storage import files
-from gambit.storage.chat_store.conversations import (
-    ConversationStore,
+from gambit.storage.chat_store.conversations import ConversationStore
+from gambit.storage.chat_store.salvage import salvage
+from gambit.storage.chat_store.store_errors import (
     ConversationStoreError,
     DamagedStoreError,
     StoreInUseError,
 )
-from gambit.storage.chat_store.salvage import salvage
 
 log = logging.getLogger(__name__)
 

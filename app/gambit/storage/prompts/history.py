@@ -30,7 +30,9 @@ from gambit.storage.chat_store.rows import StoredMessage
 
 def prompt_messages(stored: Sequence[StoredMessage], system_prompt: str = "") -> list[Message]:
     """``stored`` as chat messages in which user and assistant turns alternate,
-    after ``system_prompt`` (if not blank) as the system message."""
+    after ``system_prompt`` (if not blank) as the system message where the
+    conversation has none of its own (one started from a preset keeps its
+    preset's: ``gambit.storage.presets``)."""
     turns: list[Message] = []
     for m in stored:
         if m.role == "assistant" and not m.content:
@@ -44,7 +46,7 @@ def prompt_messages(stored: Sequence[StoredMessage], system_prompt: str = "") ->
                 turns[-1] = Message("assistant", f"{turns[-1].content}\n\n{m.content}")
             continue  # (first: the question before it was deleted)
         turns.append(Message(m.role, m.content))
-    if system_prompt.strip():
+    if system_prompt.strip() and not any(m.role == "system" for m in stored):
         turns.insert(0, Message("system", system_prompt.strip()))
     return turns
 

@@ -19,13 +19,16 @@ from gambit.qt.worker import EngineInfo, EngineRequest, WorkerThread
 from gambit.storage.chat_store.conversations import ConversationStore, message_title
 from gambit.storage.documents import compose
 from gambit.storage.history_memory import HistoryMemory, memory_folder
+from gambit.storage.presets import DEFAULT_PRESET, PresetStore
 from gambit.storage.prompts.continuing import can_continue
 from gambit.storage.settings import MODEL_FIELDS, RELOADS, Settings, SettingsStore
 from gambit.ui.models_dialog.dialog import ModelsDialog
 from gambit.ui.settings.settings_dialog import SettingsDialog
 from gambit.ui.stats.stats_panel import StatsPanel
 from gambit.ui.window.attachments import Attachments
+from gambit.ui.window.chat_presets import ChatPresets
 from gambit.ui.window.chat_view import ChatMessage
+from gambit.ui.window.drafter_refused import drop_layer_skip
 from gambit.ui.window.menus import MenuBar
 from gambit.ui.window.message_actions import MessageActions
 from gambit.ui.window.panel_follow import PanelFollow
@@ -114,6 +117,9 @@ class MainWindow(WindowPanes):
         self.panel_follow = PanelFollow(self.chat, self.stats, lambda: self.generating)
         self.message_actions = MessageActions(self, self)
         self.writing = WritingMode(self, self.menus.menus["viewMenu"])
+        presets = PresetStore(self.settings_store.path.with_name("presets.json"))  # (beside)
+        self.presets = ChatPresets(self, self.menus.menus, presets, self.new_conversation,
+                                   self.show_conversation)  # fmt: skip
         self.menuBar().insertMenu(
             self.menus.menus["viewMenu"].menuAction(), self.message_actions.menu("&Message")
         )
@@ -121,7 +127,7 @@ class MainWindow(WindowPanes):
                                        (self.input.viewport(), self.chat.viewport()))  # fmt: skip
         self.attach_button.setToolTip(self.attachments.action.toolTip())
         file_menu = self.menus.menus["fileMenu"]
-        file_menu.insertAction(file_menu.actions()[1], self.attachments.action)
+        file_menu.insertAction(file_menu.actions()[2], self.attachments.action)
         self.update_buttons()
 
     def _build_toolbar(self) -> None:
@@ -232,7 +238,7 @@ class MainWindow(WindowPanes):
         self.load_busy.hide()
         self.cancel_load_button.hide()
         if info.drafter_refused:
-            self._drop_layer_skip(info.drafter_refused)
+            self.settings = drop_layer_skip(self, self.settings_store, info.drafter_refused)
         drafter = f" + {info.drafter_label}" if info.drafter_label else ""
         if info.draft_name:
             drafter += f" ({info.draft_name})"
@@ -249,21 +255,6 @@ class MainWindow(WindowPanes):
             return
         self._without_model("The model could not be loaded — see Settings", 10000)
         self.show_error("The model could not be loaded", message)
-
-    def _drop_layer_skip(self, reason: str) -> None:
-        """Self-speculation was chosen but is not used: the settings say so too
-        (drafter back to none), so that nothing claims a drafter that is not there."""
-        self.settings = self.settings.with_(drafter="none")
-        try:
-            self.settings_store.save(self.settings)
-        except Exception as exc:  # the model runs; only the choice is not remembered
-            log.warning("could not save the settings: %s", exc)
-        self.show_error(
-            "Self-speculation is off",
-            f"{reason}\n\nReplies use plain decoding; the drafter (Settings → Models → "
-            "Drafter) is set back to None (choose one there again at any time).",
-            warning=True,
-        )
 
     # ------------------------------------------------------------- chatting
     # Every step from Send to the request reaching the worker either completes
@@ -339,16 +330,12 @@ class MainWindow(WindowPanes):
         return True
 
     def _generation_config(self) -> GenerationConfig | None:
-        """The reply's sampling settings, or None (and a message) if they cannot be used."""
-        try:
-            return self.settings.generation_config()
-        except ValueError as exc:
-            problems = self.settings.validate() or [str(exc)]
-            self.show_error(
-                "The settings cannot be used",
-                "\n".join(problems) + "\n\nCorrect them in Settings, then send again.",
-            )
-            return None
+        """The open chat's sampling (its preset's), or None (and why, said); the
+        worker drafts the reply or not as the toolbar and the preset say."""
+        found = self.presets.generation_config()
+        if found is not None:
+            self.worker.set_speculation(found[1])
+        return found[0] if found is not None else None
 
     def regenerate(self, reply_id: int | None = None) -> None:
         """Write reply ``reply_id`` (None: the last message, a reply) again; the
@@ -435,11 +422,14 @@ class MainWindow(WindowPanes):
         self.list.fill(self.store.list(self.search.text()), select, follow and not self.generating)
 
     @Slot()
-    def new_conversation(self) -> None:
+    def new_conversation(self, preset: str = DEFAULT_PRESET) -> None:
+        """A new chat from ``preset``, with its system prompt, in the model's mode."""
         if self.generating:
             return
         try:
-            conv_id = self.store.create(mode=mode_for(self.engine_info))
+            prompt = self.presets.settings_for(preset).system_prompt
+            conv_id = self.store.create(mode=mode_for(self.engine_info), preset=preset,
+                                        system_prompt=prompt)  # fmt: skip
         except Exception as exc:  # a full disk at start must not stop the window opening
             self.report("A new chat could not be started", exc)
             return
@@ -459,8 +449,9 @@ class MainWindow(WindowPanes):
             self.show_conversation(conv_id)
 
     def show_conversation(self, conv_id: int) -> None:
-        messages = self.store.messages(conv_id)
-        self.writing.show(conv_id, self.store.get(conv_id).completion)
+        messages, conversation = self.store.messages(conv_id), self.store.get(conv_id)
+        self.writing.show(conv_id, conversation.completion)
+        self.presets.show(conversation)
         self.chat.set_messages(shown_messages(messages))
         self.panel_follow.conversation_shown()  # (its figures: never another's)
         self.update_buttons()
@@ -487,6 +478,7 @@ class MainWindow(WindowPanes):
         if conv_id == self.conversation_id:
             self.conversation_id = None
             self.writing.show(None, False)
+            self.presets.show(None)
             self.chat.set_messages([])
         self._refresh_list()
         if self.conversation_id is None:
@@ -570,6 +562,7 @@ class MainWindow(WindowPanes):
         cut = self._last_was_cut() or self.writing.has_text
         self.continue_button.setEnabled(idle and cut)
         self.writing.set_enabled(not self.generating)
+        self.presets.set_enabled(not self.generating)
         self.list.setEnabled(not self.generating)
         self.new_button.setEnabled(not self.generating)
         self.message_actions.update(continuable=cut)

@@ -108,9 +108,9 @@ class ReplyFlow(QObject):
         chat turn, or in completion mode the text's next part."""
         store, info = self.window.store, self.host.engine_info
         try:
-            completion = store.get(conv_id).completion
-            stored = store.messages(conv_id)
-            history = prompt_messages(stored, self.window.settings.system_prompt)
+            conversation, stored = store.get(conv_id), store.messages(conv_id)
+            completion = conversation.completion
+            history = prompt_messages(stored, self._fallback_prompt(conv_id))
             msg_id = store.add_message(conv_id, "assistant", "", complete=False)
         except Exception as exc:
             self.window.report("The reply could not be started", exc)
@@ -129,12 +129,18 @@ class ReplyFlow(QObject):
         shown = self.window.chat.resume_reply()
         if shown is None:
             return
-        history = prompt_messages(stored, self.window.settings.system_prompt)
+        history = prompt_messages(stored, self._fallback_prompt(cut.conversation_id))
         tokenizer = info.tokenizer if info else ""
         self._reply = _Streaming(cut.id, tokenizer, shown.text, list(shown.drafted),
                                  dict(cut.stats or {}), saved_text=shown.text)  # fmt: skip
         self._go()
         self.request_continue.emit(history, config, kept_tokens(cut.stats))
+
+    def _fallback_prompt(self, conv_id: int) -> str:
+        """The settings' system prompt, for a chat from before presets (one from
+        a preset keeps its own, or none: ``gambit.storage.presets``)."""
+        legacy = not self.window.store.get(conv_id).preset
+        return self.window.settings.system_prompt if legacy else ""
 
     def _go(self) -> None:
         self.stats.start_reply(continued=self._reply is not None and self._reply.continued)

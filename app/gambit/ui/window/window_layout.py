@@ -79,6 +79,14 @@ class WindowPanes(QMainWindow):
         buttons.addStretch(1)
         for b in (self.continue_button, self.regen_button, self.stop_button, self.send_button):
             buttons.addWidget(b)
+        # The conversation's preset and system prompt (gambit.ui.window.chat_presets).
+        bar = QHBoxLayout()
+        self.preset_label = named(QLabel(""), "presetLabel")
+        self.system_prompt_button = named(QPushButton("System prompt…"), "systemPromptButton")
+        self.system_prompt_button.setToolTip("Show or change this conversation's system prompt")
+        bar.addWidget(self.preset_label, 1)
+        bar.addWidget(self.system_prompt_button)
+        col.addLayout(bar)
         col.addWidget(self.chat, 1)
         col.addWidget(self.attachment_bar)
         col.addWidget(self.input)
