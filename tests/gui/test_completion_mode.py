@@ -70,6 +70,10 @@ def test_a_base_model_continues_the_text_in_place(
     assert parts[2].content and window.chat.toPlainText().startswith(
         TEXT + " " + first + parts[2].content
     )
+    # A system prompt (a chat from a preset keeps one) is no part of the text.
+    window.store.set_system_prompt(conv_id, "You are a poet.")
+    window.show_conversation(conv_id)
+    assert window.chat.toPlainText().startswith(TEXT)
     # The mode is stored with the conversation: it reopens as one text.
     window.new_conversation()
     window.open_conversation(conv_id)

@@ -50,6 +50,22 @@ def test_saved_messages_are_added_as_they_come(store: ConversationStore, tmp_pat
     assert memory.last_sync == memory.last_sync.__class__(0, 0, None, memory.last_sync.seconds)
 
 
+def test_a_chats_system_prompt_is_read_like_a_message(
+    store: ConversationStore, tmp_path: Path
+) -> None:
+    """A preset's system prompt, stored as a chat's first message, and one
+    changed over the chat later, both become sources for lookup."""
+    memory = HistoryMemory(store.path, tmp_path / "memory")
+    conv = store.create(preset="Reviewer", system_prompt="Review the code; end with LGTM or NACK.")
+    store.add_message(conv, "user", "Please review:\n" + CODE)
+    index = memory.index(BYTES)
+    assert memory.last_sync.added == 2
+    assert follows(index, "Review the code; end with") == " LGTM or NACK."
+    store.set_system_prompt(conv, "Review the code; reply in haiku form.")
+    index = memory.index(BYTES)
+    assert follows(index, "Review the code; reply in") == " haiku form."
+
+
 def test_deleted_and_edited_messages_leave_memory_and_file(
     store: ConversationStore, tmp_path: Path
 ) -> None:

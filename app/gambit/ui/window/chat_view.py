@@ -293,8 +293,11 @@ class ChatView(QTextBrowser):
         self, cursor: QTextCursor, m: ChatMessage, last: bool, streaming: bool
     ) -> None:
         """A part of a completion-mode text, inline after the part before it;
-        the model's in green, its drafted runs washed as in a reply."""
+        the model's in green, its drafted runs washed as in a reply. A system
+        prompt is no part of it (a base model has no system role): not drawn."""
         plain = QTextCharFormat()
+        if m.role == "system":
+            return
         if m.role != "assistant":
             cursor.insertText(m.text, plain)
         else:
