@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from gambit.engine.gamma.metrics import MetricsSnapshot, MetricsTracker
 from gambit.engine.session import Engine
 from gambit.engine.text.reply import Round, StopReason
+from gambit.storage.reply_stats import ReplyStop
 
 # The stats panel repaints every 100 ms; half that keeps it current.
 SNAPSHOT_INTERVAL_S = 0.05
@@ -81,7 +82,7 @@ class ReplyStream:
         self.parts: list[str] = []
         self.drafted: list[bool] = []
         self.tokens: list[int] = []
-        self.stop = "error"
+        self.stop: str = ReplyStop.ERROR  # (until a round says why it ended)
         self._sent = 0  # tokens already in a delta
         self._next_snapshot = 0.0
 

@@ -10,6 +10,7 @@ others are kept as they are.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -31,20 +32,38 @@ def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
     }
 
 
+class ReplyStop(str, enum.Enum):
+    """Why a stored reply ended (its record's ``"stop"``): the engine's
+    ``StopReason``, or what ended it outside the engine."""
+
+    EOG = StopReason.EOG.value
+    MAX_TOKENS = StopReason.MAX_TOKENS.value
+    STOP_STRING = StopReason.STOP_STRING.value
+    CANCELLED = StopReason.CANCELLED.value  # Stop
+    CONTEXT_FULL = StopReason.CONTEXT_FULL.value
+    INTERRUPTED = "interrupted"  # autosaved as it streamed: the app ended before it did
+    WINDOW_CLOSED = "window closed"
+    ERROR = "error"
+
+
 # Why a reply ended, as its footer says it (a reply that ended on its own says
 # nothing): cut short on purpose (Stop, a closed window: not "unfinished"), or
 # by a limit.
-_DELIBERATE_WORDS = {
-    StopReason.CANCELLED.value: "stopped",
-    "window closed": "interrupted",
-    "interrupted": "interrupted",
+_DELIBERATE_WORDS: dict[str, str] = {
+    ReplyStop.CANCELLED: "stopped",
+    ReplyStop.WINDOW_CLOSED: "interrupted",
+    ReplyStop.INTERRUPTED: "interrupted",
 }
 DELIBERATE_STOPS = frozenset(_DELIBERATE_WORDS)
 STOP_WORDS: dict[str, str] = {
-    StopReason.MAX_TOKENS.value: "cut at the length limit",
-    StopReason.CONTEXT_FULL.value: "cut: the context is full",
+    ReplyStop.MAX_TOKENS: "cut at the length limit",
+    ReplyStop.CONTEXT_FULL: "cut: the context is full",
     **_DELIBERATE_WORDS,
 }
+# The stops that leave a reply cut (its text ended before the model ended it).
+CUT_STOPS = frozenset(
+    {ReplyStop.MAX_TOKENS, ReplyStop.CONTEXT_FULL, *_DELIBERATE_WORDS, ReplyStop.ERROR}
+)
 
 
 def reply_footer(stats: Mapping[str, Any] | None) -> str:

@@ -20,8 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from gambit.engine.text.reply import Round
-
 # The chat view's repaint period: paced text appears at these ticks.
 REPAINT_S = 0.05
 # Weight of the newest round in the running mean of round durations.
@@ -96,11 +94,6 @@ class StreamPacer:
 
 
 Arrival = tuple[float, int, float]  # (arrival time, tokens, the round's own duration)
-
-
-def round_arrivals(rounds: Sequence[Round]) -> list[Arrival]:
-    """A reply's rounds as ``shown_times`` takes them."""
-    return [(r.elapsed_s, len(r.tokens), r.t_draft_s + r.t_verify_s) for r in rounds if r.tokens]
 
 
 def shown_times(arrivals: Sequence[Arrival], tick_s: float) -> list[float]:

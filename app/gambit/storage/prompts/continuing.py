@@ -26,12 +26,9 @@ from gambit.engine.text.chat import Message
 from gambit.engine.text.continuation import KeptTokens
 from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.prompts.history import prompt_messages
+from gambit.storage.reply_stats import CUT_STOPS
 
 KEPT_TOKENS = "kept_tokens"
-# How a reply's "stop" reads when something other than the model ended it.
-CUT_STOPS = frozenset(
-    {"max tokens", "context full", "cancelled", "interrupted", "window closed", "error"}
-)
 
 
 def was_cut(message: StoredMessage) -> bool:

@@ -338,10 +338,6 @@ class ModelsDialog(QDialog):
         side = {"both": "", "target": " (target)", "draft": " (draft)"}[which]
         self._start("download", f"Downloading {pair.name}{side}", job, done)
 
-    def cancel_task(self) -> None:
-        """Ask the running task to stop (it stops at its next progress check)."""
-        self.tasks.cancel()
-
     def done(self, result: int) -> None:  # the one way a QDialog closes
         self.tasks.stop()
         self.worker_memory.stop()

@@ -24,8 +24,9 @@ from gambit.engine.text.reply import GenerationConfig
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage.chat_store.rows import StoredMessage
-from gambit.storage.prompts.continuing import CUT_STOPS, KEPT_TOKENS, kept_record, kept_tokens
+from gambit.storage.prompts.continuing import KEPT_TOKENS, kept_record, kept_tokens
 from gambit.storage.prompts.history import completion_text, prompt_messages
+from gambit.storage.reply_stats import CUT_STOPS, ReplyStop
 from gambit.ui.stats.stats_charts import Sample, sample_of
 from gambit.ui.stats.stats_panel import StatsPanel
 from gambit.ui.stats.stored_figures import series_of
@@ -163,14 +164,14 @@ class ReplyFlow(QObject):
         return {KEPT_TOKENS: kept_record(KeptTokens(reply.tokenizer, tuple(tokens)))}
 
     @Slot()
-    def save_partial(self, stop: str = "interrupted") -> None:
+    def save_partial(self, stop: str = ReplyStop.INTERRUPTED) -> None:
         """Write the reply as far as it has streamed, if it grew since the last write."""
         reply = self._reply
         if reply is None or self.window.chat.streaming is None:
             return
         # (held back by even streaming too; a continued reply's start included)
         text, drafted = self.window.chat.streamed()
-        if text == reply.saved_text and stop == "interrupted":
+        if text == reply.saved_text and stop == ReplyStop.INTERRUPTED:
             return
         stats = {**(reply.base_stats or {}), "stop": stop, "drafted": run_lengths(drafted)}
         stats.update(self._kept(reply, stop, reply.tokens))
@@ -266,6 +267,6 @@ class ReplyFlow(QObject):
         self._autosave.stop()
         if self._reply is not None:
             try:
-                self.save_partial("window closed")
+                self.save_partial(ReplyStop.WINDOW_CLOSED)
             except Exception:  # closing must not fail: the last autosave is what remains
                 log.exception("could not save the reply while closing")

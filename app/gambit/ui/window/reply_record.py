@@ -12,16 +12,16 @@ from typing import Any
 
 from gambit.qt.reply_stream import ReplyResult
 from gambit.storage.chat_store.rows import StoredMessage
-from gambit.storage.reply_stats import MAX_DEPTHS
+from gambit.storage.reply_stats import MAX_DEPTHS, ReplyStop
 from gambit.ui.window.chat_view import ChatMessage, reply_footer
 
 
 def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
     if result is None:
-        return {"stop": "error", "error": error}
+        return {"stop": ReplyStop.ERROR, "error": error}
     s = result.snapshot
     return {
-        "stop": "error" if error else result.stop,
+        "stop": ReplyStop.ERROR if error else result.stop,
         "error": error,
         "tokens": s.n_tokens,
         # The figures of gambit.engine.gamma.metrics, as the panel shows them.
