@@ -14,6 +14,8 @@ memory of earlier chats and the autosave see them too.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from PySide6.QtCore import QObject, Qt, Slot
@@ -59,21 +61,32 @@ class MessageHost(Protocol):
     def send_edited(self, msg_id: int, content: str) -> None: ...
 
 
-# (object name, text, keys, tip)
-_ACTIONS = (
-    ("copyMessageAction", "&Copy message", "Ctrl+Shift+C", "Copy the whole message"),
-    ("editMessageAction", "&Edit and resend…", "Ctrl+Shift+E",
-     "Change one of your messages and send it again; the messages after it are replaced"),
-    ("branchAction", "&Branch from here", "Ctrl+Shift+B",
-     "Start a new conversation with this message and those before it"),
-    ("deleteMessageAction", "&Delete message…", "Ctrl+Shift+D", "Delete this message"),
-    ("regenerateAction", "&Regenerate", "Ctrl+Shift+R",
-     "Write this reply again; the messages after it are replaced"),
-    ("continueAction", "C&ontinue", "Ctrl+Shift+Return",
-     "Go on with the last reply where its length limit, Stop or a crash cut it"),
-    ("previousMessageAction", "&Previous message", "Alt+Up", "Make the message above current"),
-    ("nextMessageAction", "&Next message", "Alt+Down", "Make the message below current"),
-)  # fmt: skip
+@dataclass(frozen=True)
+class Now:
+    """What the actions' enabling depends on."""
+
+    busy: bool  # a reply streams
+    ready: bool  # a model is loaded
+    continuable: bool  # the last message is a reply that Continue may go on with
+
+
+@dataclass(frozen=True)
+class MessageAction:
+    """One per-message action, declared once: the Message menu, the context
+    menu, its key and its enabling are all read from this."""
+
+    name: str  # the QAction's object name
+    text: str
+    keys: str
+    tip: str
+    run: Callable[[MessageActions], None]
+    enabled: Callable[[Now], bool]
+    # Whether it is offered in the context menu of a message (is it the last?);
+    # None: the Message menu's only (stepping through the messages).
+    fits: Callable[[ChatMessage, bool], bool] | None
+    offered_disabled: bool = True  # False: left out of a context menu while disabled
+
+
 # What each action that reads the stored conversation does, for its error line.
 _DONE = {"edit": "edited", "branch": "branched", "delete": "deleted", "regenerate": "regenerated"}
 
@@ -139,64 +152,45 @@ class MessageActions(QObject):
         super().__init__(window)
         self.window, self.host = window, host
         self.actions: dict[str, QAction] = {}
-        for name, text, keys, tip in _ACTIONS:
-            action = QAction(text, window)
-            action.setObjectName(name)
-            action.setShortcut(QKeySequence(keys))
-            set_tip(action, tip)
+        for spec in ACTIONS:
+            action = QAction(spec.text, window)
+            action.setObjectName(spec.name)
+            action.setShortcut(QKeySequence(spec.keys))
+            set_tip(action, spec.tip)
+            action.triggered.connect(partial(spec.run, self))
             window.addAction(action)  # (its key works wherever the focus is)
-            self.actions[name] = action
-        handlers: dict[str, Callable[[], None]] = {
-            "copyMessageAction": self.copy_message,
-            "editMessageAction": self.edit_message,
-            "branchAction": self.branch,
-            "deleteMessageAction": self.delete_message,
-            "regenerateAction": self.regenerate,
-            "continueAction": host.continue_reply,
-            "previousMessageAction": lambda: window.chat.step_message(-1),
-            "nextMessageAction": lambda: window.chat.step_message(1),
-        }
-        for name, handler in handlers.items():
-            self.actions[name].triggered.connect(handler)
+            self.actions[spec.name] = action
         window.chat.message_menu.connect(self._on_menu)
 
     def menu(self, title: str) -> QMenu:
-        """The actions as a menu for the menu bar."""
+        """The actions as a menu for the menu bar: those on a message, then
+        the steps from one message to the next."""
         menu = QMenu(title, self.window.menuBar())
         menu.setObjectName("messageMenu")
         menu.setToolTipsVisible(True)
-        menu.addActions(list(self.actions.values())[:6])
+        menu.addActions([self.actions[a.name] for a in ACTIONS if a.fits is not None])
         menu.addSeparator()
-        menu.addActions(list(self.actions.values())[6:])
+        menu.addActions([self.actions[a.name] for a in ACTIONS if a.fits is None])
         return menu
 
     def update(self, continuable: bool) -> None:
         """Enable what can be done now (the message's own fit is checked when
         used); ``continuable``: the last message is a reply that Continue may go on with."""
-        busy, ready = self.host.generating, self.host.engine_info is not None
-        for name in ("editMessageAction", "regenerateAction"):
-            self.actions[name].setEnabled(ready and not busy)
-        for name in ("branchAction", "deleteMessageAction"):
-            self.actions[name].setEnabled(not busy)
-        self.actions["continueAction"].setEnabled(ready and not busy and continuable)
+        now = Now(self.host.generating, self.host.engine_info is not None, continuable)
+        for spec in ACTIONS:
+            self.actions[spec.name].setEnabled(spec.enabled(now))
 
     @Slot(QMenu, int)
     def _on_menu(self, menu: QMenu, index: int) -> None:
         """A message's context menu: the actions that fit it."""
         message = self.window.chat.messages[index]
-        stored = message.id is not None
         last = index == len(self.window.chat.messages) - 1
         menu.addSeparator()
-        for name, fits in (
-            ("copyMessageAction", True),
-            ("editMessageAction", stored and message.role == "user"),
-            ("branchAction", stored),
-            ("deleteMessageAction", stored),
-            ("regenerateAction", stored and message.role == "assistant"),
-            ("continueAction", stored and last and self.actions["continueAction"].isEnabled()),
-        ):
-            if fits:
-                menu.addAction(self.actions[name])
+        for spec in ACTIONS:
+            action = self.actions[spec.name]
+            shown = spec.offered_disabled or action.isEnabled()
+            if spec.fits is not None and spec.fits(message, last) and shown:
+                menu.addAction(action)
 
     # ----------------------------------------------------------- the target
     def _target(self, role: str | None = None) -> ChatMessage | None:
@@ -292,3 +286,51 @@ class MessageActions(QObject):
             f"Write this reply again? The {counted(n_after, 'message')} after it will be deleted.",
             "Regenerate", lambda: self.host.regenerate(reply_id),
         )  # fmt: skip
+
+
+def _stored(message: ChatMessage) -> bool:
+    return message.id is not None
+
+
+ACTIONS: tuple[MessageAction, ...] = (
+    MessageAction(
+        "copyMessageAction", "&Copy message", "Ctrl+Shift+C", "Copy the whole message",
+        MessageActions.copy_message, lambda now: True, lambda m, last: True,
+    ),
+    MessageAction(
+        "editMessageAction", "&Edit and resend…", "Ctrl+Shift+E",
+        "Change one of your messages and send it again; the messages after it are replaced",
+        MessageActions.edit_message, lambda now: now.ready and not now.busy,
+        lambda m, last: _stored(m) and m.role == "user",
+    ),
+    MessageAction(
+        "branchAction", "&Branch from here", "Ctrl+Shift+B",
+        "Start a new conversation with this message and those before it",
+        MessageActions.branch, lambda now: not now.busy, lambda m, last: _stored(m),
+    ),
+    MessageAction(
+        "deleteMessageAction", "&Delete message…", "Ctrl+Shift+D", "Delete this message",
+        MessageActions.delete_message, lambda now: not now.busy, lambda m, last: _stored(m),
+    ),
+    MessageAction(
+        "regenerateAction", "&Regenerate", "Ctrl+Shift+R",
+        "Write this reply again; the messages after it are replaced",
+        MessageActions.regenerate, lambda now: now.ready and not now.busy,
+        lambda m, last: _stored(m) and m.role == "assistant",
+    ),
+    MessageAction(
+        "continueAction", "C&ontinue", "Ctrl+Shift+Return",
+        "Go on with the last reply where its length limit, Stop or a crash cut it",
+        lambda actions: actions.host.continue_reply(),
+        lambda now: now.ready and not now.busy and now.continuable,
+        lambda m, last: _stored(m) and last, offered_disabled=False,
+    ),
+    MessageAction(
+        "previousMessageAction", "&Previous message", "Alt+Up", "Make the message above current",
+        lambda actions: actions.window.chat.step_message(-1), lambda now: True, None,
+    ),
+    MessageAction(
+        "nextMessageAction", "&Next message", "Alt+Down", "Make the message below current",
+        lambda actions: actions.window.chat.step_message(1), lambda now: True, None,
+    ),
+)  # fmt: skip
