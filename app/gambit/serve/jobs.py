@@ -36,7 +36,7 @@ class ServedFigures:
     completion_tokens: int
     drafted: int
     accepted: int
-    acceptance: float | None  # None: nothing drafted
+    acceptance_rate: float | None  # None: nothing drafted
     mean_gamma: float  # over the rounds that drafted
     tokens_per_pass: float
     tokens_per_s: float
@@ -46,19 +46,21 @@ class ServedFigures:
     drafted_by_position: tuple[int, ...]
     # Accepted tokens by what drafted them ("draft model", "prompt lookup",
     # "earlier chats"), for drafters with sources; {} otherwise.
-    accepted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_drafter: dict[str, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
+        """The response's ``gambit`` field, under the names docs/server.md
+        publishes (``acceptance``, ``accepted_by_source``: clients read them)."""
         return {
             "drafted_tokens": self.drafted,
             "accepted_tokens": self.accepted,
-            "acceptance": self.acceptance,
+            "acceptance": self.acceptance_rate,
             "mean_gamma": self.mean_gamma,
             "tokens_per_pass": self.tokens_per_pass,
             "tokens_per_s": self.tokens_per_s,
             "baseline_tokens_per_s": self.baseline_tokens_per_s,
             "speedup": self.speedup,
-            "accepted_by_source": self.accepted_by_source,
+            "accepted_by_source": self.accepted_by_drafter,
         }
 
 
@@ -169,7 +171,7 @@ def _generate(engine: Engine, job: Job) -> Outcome:
         completion_tokens=stats.n_tokens,
         drafted=stats.n_drafted,
         accepted=stats.n_accepted,
-        acceptance=stats.acceptance_rate if stats.n_drafted else None,
+        acceptance_rate=stats.acceptance_rate if stats.n_drafted else None,
         mean_gamma=sum(gammas) / len(gammas) if gammas else 0.0,
         tokens_per_pass=stats.tokens_per_round,
         tokens_per_s=snapshot.tokens_per_s,
@@ -177,7 +179,7 @@ def _generate(engine: Engine, job: Job) -> Outcome:
         speedup=snapshot.speedup,
         accepted_by_position=tuple(stats.accepted_by_position),
         drafted_by_position=tuple(stats.tried_by_position),
-        accepted_by_source=dict(stats.accepted_by_drafter) if stats.n_drafted else {},
+        accepted_by_drafter=dict(stats.accepted_by_drafter) if stats.n_drafted else {},
     )
     return Outcome(finish_reason=finish, figures=figures)
 
