@@ -2,19 +2,12 @@
 
 Any smaller model can draft: one that shares the target's vocabulary drafts
 token for token, any other through text (``gambit.engine.drafters.text_draft``).
-Whether the vocabularies agree follows llama.cpp's rules
-(``common_speculative_are_compatible``), as the engine applies them on loaded
-models (``gambit.engine.drafters.draft_model.vocabulary_difference``):
-
-- the same vocabulary type (BPE, SPM, ...);
-- the same add-BOS / add-EOS flags, and the same BOS / EOS ids where they are added;
-- vocabulary sizes within 128 tokens of each other;
-- every token from id 5 on (up to the smaller vocabulary) has the same text.
-
-The last rule is checked through the tokenizer fingerprints first: equal
-fingerprints mean equal token lists. Only when they differ are both token
-arrays read, to find the first token that differs (or to see that only the
-pre-tokenizer differs, which llama.cpp allows).
+Whether the vocabularies agree is the one rule the engine drafts by
+(``gambit.engine.drafters.vocabulary``, llama.cpp's
+``common_speculative_are_compatible``), applied here to the two headers:
+equal tokenizer fingerprints mean equal token lists, and only where they
+differ are both token arrays read, to find the first token that differs (or
+to see that only the pre-tokenizer differs, which llama.cpp allows).
 """
 
 from __future__ import annotations
@@ -23,16 +16,11 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from gambit.engine.drafters.draft_model import (
-    VOCAB_CHECK_START_TOKEN_ID,
-    VOCAB_MAX_SIZE_DIFFERENCE,
-)
+from gambit.engine.drafters.vocabulary import Vocabulary
+from gambit.engine.drafters.vocabulary import vocabulary_differences as differences_of
 from gambit.formats.gguf_file import read_header
 from gambit.formats.gguf_info import ModelInfo
 from gambit.models.memory import MIB, MIN_DRAFT_SAVING, bytes_read_per_token
-
-TOKENS_KEY = "tokenizer.ggml.tokens"
-
 
 # A draft through text must read at most this share of the target's bytes per
 # token to be offered: another family agrees less often than a sibling does.
@@ -97,42 +85,8 @@ def drafts_through_text(target: ModelInfo, draft: ModelInfo) -> bool:
 
 def vocabulary_differences(target: ModelInfo, draft: ModelInfo) -> list[str]:
     """Every reason ``draft`` cannot draft for ``target`` token for token
-    (empty: their vocabularies agree)."""
-    reasons: list[str] = []
-    if target.vocab_type != draft.vocab_type:
-        reasons.append(
-            f"different tokenizer types ({draft.vocab_type_name} '{draft.vocab_type}' vs "
-            f"{target.vocab_type_name} '{target.vocab_type}')"
-        )
-    if target.add_bos != draft.add_bos or (
-        target.add_bos and target.bos_token_id != draft.bos_token_id
-    ):
-        reasons.append(
-            "different begin-of-text tokens "
-            f"({_special(draft.add_bos, draft.bos_token_id)} vs "
-            f"{_special(target.add_bos, target.bos_token_id)})"
-        )
-    if target.add_eos != draft.add_eos or (
-        target.add_eos and target.eos_token_id != draft.eos_token_id
-    ):
-        reasons.append(
-            "different end-of-text tokens "
-            f"({_special(draft.add_eos, draft.eos_token_id)} vs "
-            f"{_special(target.add_eos, target.eos_token_id)})"
-        )
-    diff = abs(target.vocab_size - draft.vocab_size)
-    if diff > VOCAB_MAX_SIZE_DIFFERENCE:
-        reasons.append(
-            f"vocabulary sizes differ by {diff:,} ({draft.vocab_size:,} vs "
-            f"{target.vocab_size:,} tokens; at most {VOCAB_MAX_SIZE_DIFFERENCE} allowed)"
-        )
-    if target.tokenizer_digest != draft.tokenizer_digest and target.vocab_type == draft.vocab_type:
-        # Different tokenizer types already settle it; otherwise compare the texts.
-        first = first_different_token(target, draft)
-        if first is not None:
-            i, t_dft, t_tgt = first
-            reasons.append(f"token {i} differs ({t_dft!r} vs {t_tgt!r})")
-    return reasons
+    (empty: their vocabularies agree), by the one rule the engine drafts by."""
+    return differences_of(Vocabulary.of_info(target), Vocabulary.of_info(draft))
 
 
 def _cost_notes(target: ModelInfo, draft: ModelInfo, through_text: bool) -> list[str]:
@@ -172,25 +126,6 @@ def much_cheaper(target: ModelInfo, draft: ModelInfo, through_text: bool) -> boo
 def _read_per_token(info: ModelInfo) -> int:
     header = read_header(info.path)
     return bytes_read_per_token({t.name: t.n_bytes for t in header.tensors})
-
-
-def first_different_token(target: ModelInfo, draft: ModelInfo) -> tuple[int, str, str] | None:
-    """(id, draft's text, target's text) of the first token from id 5 on whose text differs."""
-    t_tokens = _tokens(target)
-    d_tokens = _tokens(draft)
-    for i in range(VOCAB_CHECK_START_TOKEN_ID, min(len(t_tokens), len(d_tokens))):
-        if t_tokens[i] != d_tokens[i]:
-            return i, d_tokens[i], t_tokens[i]
-    return None
-
-
-def _tokens(info: ModelInfo) -> list[str]:
-    value = read_header(info.path, keep_arrays=(TOKENS_KEY,)).metadata.get(TOKENS_KEY)
-    return value if isinstance(value, list) else []
-
-
-def _special(added: bool, token_id: int) -> str:
-    return f"id {token_id}" if added else "not added"
 
 
 def compatible_drafts(target: ModelInfo, candidates: Iterable[ModelInfo]) -> list[ModelInfo]:

@@ -14,43 +14,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
+from gambit.engine.drafters.vocabulary import Vocabulary, vocabulary_differences
 from gambit.engine.machine.runtime import ModelRuntime
 from gambit.engine.machine.tokens import common_prefix_length
 from gambit.engine.verification.sampling import Distribution, SamplingParams, process
 from gambit.engine.verification.tree import DraftTree, chain_tree
 from gambit.errors import IncompatibleDraftError
 
-# As llama.cpp's common/speculative.cpp: vocabularies may differ by a few
-# added tokens at the end; the ids below that must mean the same text.
-VOCAB_MAX_SIZE_DIFFERENCE = 128
-VOCAB_CHECK_START_TOKEN_ID = 5
-
 
 def vocabulary_difference(target: ModelRuntime, draft: ModelRuntime) -> str | None:
-    """Why ``draft`` cannot draft for ``target`` token for token (None: it
-    can, their vocabularies agree): the rules of llama.cpp's
-    ``common_speculative_are_compatible``. A draft that differs drafts
-    through text instead (``gambit.engine.drafters.text_draft``)."""
-    if target.vocab_type != draft.vocab_type:
-        return f"different tokenizer types ({draft.vocab_type} vs {target.vocab_type})"
-    if target.add_bos != draft.add_bos or (target.add_bos and target.bos_token != draft.bos_token):
-        return f"different begin-of-text tokens ({draft.bos_token} vs {target.bos_token})"
-    if target.add_eos != draft.add_eos or (target.add_eos and target.eos_token != draft.eos_token):
-        return f"different end-of-text tokens ({draft.eos_token} vs {target.eos_token})"
-    diff = abs(target.n_vocab - draft.n_vocab)
-    if diff > VOCAB_MAX_SIZE_DIFFERENCE:
-        return (
-            f"vocabulary sizes differ by {diff} "
-            f"({draft.n_vocab:,} vs {target.n_vocab:,} tokens; at most "
-            f"{VOCAB_MAX_SIZE_DIFFERENCE} allowed)"
-        )
-    if target.tokenizer_digest and target.tokenizer_digest == draft.tokenizer_digest:
-        return None  # the same tokenizer model, pre-tokenizer and token texts (GGUF headers)
-    for i in range(VOCAB_CHECK_START_TOKEN_ID, min(target.n_vocab, draft.n_vocab)):
-        t_tgt, t_dft = target.token_text(i), draft.token_text(i)
-        if t_tgt != t_dft:
-            return f"token {i} differs ({t_dft!r} vs {t_tgt!r})"
-    return None
+    """Why ``draft`` cannot draft for ``target`` token for token (None: it can):
+    the first finding of the one rule (``gambit.engine.drafters.vocabulary``).
+    A draft that differs drafts through text instead (``text_draft``)."""
+    found = vocabulary_differences(Vocabulary.of_runtime(target), Vocabulary.of_runtime(draft))
+    return found[0] if found else None
 
 
 def check_compatible(target: ModelRuntime, draft: ModelRuntime) -> None:
