@@ -17,17 +17,18 @@ from typing import TYPE_CHECKING, Protocol
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.draft_candidates import DraftCandidates
 from gambit.engine.drafters.base import ChoosingDrafter, Drafter
-from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.history import HistoryIndex
-from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.drafters.registry import (
     TREE_DRAFTERS,
     BuildInput,
     DrafterKind,
+    copies_text,
+    draft_model_of,
     draft_steps_per_token,
+    drafts_through_text,
+    set_drafter_history,
     spec,
 )
-from gambit.engine.drafters.text_draft import TextDraftDrafter
 from gambit.engine.estimates import CostModel
 from gambit.engine.gamma.baseline import Baselines, time_plain_step
 from gambit.engine.gamma.calibration import CALIBRATION_FILLER, CostStore, calibrate
@@ -214,8 +215,7 @@ class Engine:
     @property
     def drafts_through_text(self) -> bool:
         """Whether the draft model drafts through text (its tokenizer is not the target's)."""
-        model = self.drafter.model if isinstance(self.drafter, CombinedDrafter) else self.drafter
-        return isinstance(model, TextDraftDrafter)
+        return drafts_through_text(self.drafter)
 
     @property
     def drafter_detail(self) -> str | None:
@@ -414,8 +414,8 @@ class Engine:
         elif not kind.loads_model:
             given = BuildInput(self.target, None, None, self.config.lookup_ngram_max)
             chosen = kind.build(given).drafter
-        elif isinstance(self.drafter, CombinedDrafter) and drafter == "draft":
-            chosen = self.drafter.model
+        elif drafter == "draft":  # (out of draft model + lookup: the model alone)
+            chosen = draft_model_of(self.drafter) or self.drafter
         else:
             chosen = self.drafter
         cfg = self.config
@@ -447,13 +447,12 @@ class Engine:
     def copies_text(self) -> bool:
         """Whether the drafter copies text (prompt lookup), so that a memory
         of earlier conversations (``set_history``) can help it."""
-        return isinstance(self.drafter, PromptLookupDrafter | CombinedDrafter)
+        return copies_text(self.drafter)
 
     def set_history(self, history: HistoryIndex | None) -> None:
         """Let prompt lookup copy from ``history`` too, from the next round
         (None: from the current conversation only)."""
-        if isinstance(self.drafter, PromptLookupDrafter | CombinedDrafter):
-            self.drafter.set_history(history)
+        set_drafter_history(self.drafter, history)
 
     @property
     def tokenizer_fingerprint(self) -> str:
