@@ -19,7 +19,7 @@ from gambit.engine.gamma.metrics import format_accepted, format_rate, format_spe
 from gambit.engine.text.reply import StopReason
 
 
-def _by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
+def accepted_by_drafter(stats: Mapping[str, Any]) -> dict[str, int]:
     """The stored accepted tokens by drafter; entries that are not a name and
     a count (an edited or damaged record) are left out."""
     stored = stats.get("accepted_by_drafter")
@@ -90,7 +90,7 @@ def reply_footer(stats: Mapping[str, Any] | None) -> str:
     if stats.get("speculation") and stats.get("drafted_tokens"):
         # (absent from a record another version or a hand edit wrote: none)
         accepted, drafted = int(stats.get("accepted_tokens", 0)), int(stats["drafted_tokens"])
-        figures.append(format_accepted(accepted, drafted, _by_drafter(stats)))
+        figures.append(format_accepted(accepted, drafted, accepted_by_drafter(stats)))
     if stats.get("speedup") is not None and stats.get("drafted_tokens"):
         figures.append(f"{format_speedup(float(stats['speedup']))} vs plain")
     if stats.get("speedup_withheld") and stats.get("drafted_tokens"):

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from gambit.storage.chat_store.conversations import ConversationStore
-from gambit.storage.chat_store.rows import ConversationSummary, StoredMessage
+from gambit.storage.chat_store.rows import ConversationSummary, StoredMessage, completion_text
 from gambit.storage.reply_stats import DELIBERATE_STOPS, reply_footer
 from gambit.words import counted
 
@@ -118,7 +118,7 @@ def _conversation_markdown(conv: ConversationSummary, messages: Sequence[StoredM
         "",
     ]
     if conv.completion:  # one text, as the window shows it, and the last part's figures
-        text = "".join(m.content for m in messages if m.role != "system")
+        text = completion_text(messages)
         notes = [_reply_note(m) for m in messages if m.role == "assistant"]
         lines += ["*Completion mode: the model continued this text.*", "", _closed_fences(text)]
         return "\n".join([*lines, "", f"*{_escape(notes[-1])}*"] if notes and notes[-1] else lines)

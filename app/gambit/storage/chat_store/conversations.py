@@ -99,6 +99,15 @@ def _check_mode(mode: str) -> None:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
 
 
+def _insert_system(conn: sqlite3.Connection, conv_id: int, text: str, at: float) -> None:
+    """``text`` as the conversation's system prompt, at position 0 (kept free)."""
+    conn.execute(
+        "INSERT INTO messages (conversation_id, position, role, content, created_at)"
+        " VALUES (?, 0, 'system', ?, ?)",
+        (conv_id, text, at),
+    )
+
+
 def _contains(text: str | None, needle: str | None) -> bool:
     # Search in Python rather than with LIKE: SQLite's LIKE folds case for
     # ASCII only ("Привет" would not find "привет"), and a plain substring
@@ -332,11 +341,7 @@ class ConversationStore:
             )
             assert cur.lastrowid is not None
             if system_prompt.strip():
-                conn.execute(
-                    "INSERT INTO messages (conversation_id, position, role, content, created_at)"
-                    " VALUES (?, 0, 'system', ?, ?)",
-                    (cur.lastrowid, system_prompt.strip(), stamp),
-                )
+                _insert_system(conn, cur.lastrowid, system_prompt.strip(), stamp)
             return cur.lastrowid
 
     def set_system_prompt(self, conv_id: int, text: str) -> None:
@@ -361,11 +366,7 @@ class ConversationStore:
                         f"UPDATE messages SET position = {step} WHERE conversation_id = ?",
                         (conv_id,),
                     )
-                conn.execute(
-                    "INSERT INTO messages (conversation_id, position, role, content, created_at)"
-                    " VALUES (?, 0, 'system', ?, ?)",
-                    (conv_id, text, time.time()),
-                )
+                _insert_system(conn, conv_id, text, time.time())
 
     def set_mode(self, conv_id: int, mode: str) -> None:
         """Write the conversation as chat turns or as one text ("completion");

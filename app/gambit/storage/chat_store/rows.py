@@ -6,6 +6,7 @@ edited in place; to change something, call the store and read it again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -44,3 +45,10 @@ class StoredMessage:
     complete: bool
     stats: dict[str, Any] | None  # generation statistics (JSON-compatible) or None
     created_at: float
+
+
+def completion_text(messages: Sequence[StoredMessage]) -> str:
+    """A completion-mode conversation's text, which the model continues: its
+    messages' texts joined as written (a base model has no system role, so a
+    system message is not part of it)."""
+    return "".join(m.content for m in messages if m.role != "system")

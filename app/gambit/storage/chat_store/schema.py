@@ -22,21 +22,27 @@ from typing import Final
 SCHEMA_VERSION: Final = 2  # PRAGMA user_version of files this code writes
 MODES: Final = ("chat", "completion")
 
+# The columns format 2 added to conversations, declared once: in the table a
+# new file is made with, and as ALTER TABLE adds them to a format-1 file.
+_ADDED: Final = (
+    ("mode", "TEXT NOT NULL DEFAULT 'chat' CHECK (mode IN ('chat', 'completion'))"),
+    ("preset", "TEXT NOT NULL DEFAULT ''"),
+    ("branched_from", "TEXT NOT NULL DEFAULT ''"),
+)
+
 # Positions are unique per conversation; that constraint's index also serves
 # ordering and counting. Without AUTOINCREMENT the id of the newest row can be
 # handed out again after it is deleted; nothing keeps ids of deleted rows.
 TABLES: Final = (
     """
     CREATE TABLE IF NOT EXISTS conversations (
-        id             INTEGER PRIMARY KEY,
-        title          TEXT    NOT NULL,
-        created_at     REAL    NOT NULL,
-        updated_at     REAL    NOT NULL,
-        mode           TEXT    NOT NULL DEFAULT 'chat' CHECK (mode IN ('chat', 'completion')),
-        preset         TEXT    NOT NULL DEFAULT '',
-        branched_from  TEXT    NOT NULL DEFAULT ''
-    )
-    """,
+        id          INTEGER PRIMARY KEY,
+        title       TEXT    NOT NULL,
+        created_at  REAL    NOT NULL,
+        updated_at  REAL    NOT NULL,
+        """
+    + ",\n        ".join(f"{name} {declaration}" for name, declaration in _ADDED)
+    + "\n    )",
     "CREATE INDEX IF NOT EXISTS conversations_by_update ON conversations (updated_at)",
     """
     CREATE TABLE IF NOT EXISTS messages (
@@ -52,13 +58,6 @@ TABLES: Final = (
         UNIQUE (conversation_id, position)
     )
     """,
-)
-
-# The columns format 2 added to conversations, as ALTER TABLE adds them.
-_ADDED: Final = (
-    ("mode", "TEXT NOT NULL DEFAULT 'chat' CHECK (mode IN ('chat', 'completion'))"),
-    ("preset", "TEXT NOT NULL DEFAULT ''"),
-    ("branched_from", "TEXT NOT NULL DEFAULT ''"),
 )
 
 # The columns this code reads: checked at every open (a garbled schema, or

@@ -12,7 +12,7 @@ answer. Whoever asked again wrote the next question knowing there was none.
 A reply cut off part-way (text, not complete) is kept as it is.
 
 A conversation in completion mode is no turns at all: its messages, the
-user's and the model's alike, are one text in order (``completion_text``).
+user's and the model's alike, are one text in order (``rows.completion_text``).
 
 Deleting one message (the chat's per-message Delete) can leave two replies
 in a row, or a reply first: two replies in a row become one turn, their
@@ -49,10 +49,3 @@ def prompt_messages(stored: Sequence[StoredMessage], system_prompt: str = "") ->
     if system_prompt.strip() and not any(m.role == "system" for m in stored):
         turns.insert(0, Message("system", system_prompt.strip()))
     return turns
-
-
-def completion_text(stored: Sequence[StoredMessage]) -> str:
-    """A completion-mode conversation's text, which the model continues: its
-    messages' texts joined as written (a base model has no system role, so a
-    system message is not part of it)."""
-    return "".join(m.content for m in stored if m.role != "system")

@@ -14,14 +14,12 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
     QDialogButtonBox,
-    QDoubleSpinBox,
     QHBoxLayout,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -35,6 +33,7 @@ from gambit.storage.presets import (
 )
 from gambit.storage.settings import SETTINGS, Settings
 from gambit.ui import theme
+from gambit.ui.settings.settings_dialog import show_value, widget_value
 from gambit.ui.settings.settings_widgets import double, field_error, label, left, spin
 
 DEFAULT_NOTE = (
@@ -137,13 +136,7 @@ class PresetsDialog(QDialog):
         self.name_edit.setText(DEFAULT_PRESET if index is None else preset.name)
         self.prompt_edit.setPlainText(values.system_prompt)
         for name, widget in self.fields.items():
-            value = getattr(values, name)
-            if isinstance(widget, QCheckBox):
-                widget.setChecked(bool(value))
-            elif isinstance(widget, QDoubleSpinBox):
-                widget.setValue(float(value))
-            elif isinstance(widget, QSpinBox):
-                widget.setValue(int(value))
+            show_value(widget, getattr(values, name))
         self.form_box.setEnabled(index is not None)
         self.note.setVisible(index is None)
         self.delete_button.setEnabled(index is not None)
@@ -153,11 +146,8 @@ class PresetsDialog(QDialog):
         """The form's values back into the preset shown, before another is."""
         if self._shown is None or self._shown >= len(self._presets):
             return
-        values: dict[str, object] = {"system_prompt": self.prompt_edit.toPlainText().strip()}
-        for name, widget in self.fields.items():
-            values[name] = widget.isChecked() if isinstance(widget, QCheckBox) else (
-                widget.value() if isinstance(widget, (QSpinBox, QDoubleSpinBox)) else None
-            )  # fmt: skip
+        values = {name: widget_value(widget) for name, widget in self.fields.items()}
+        values["system_prompt"] = self.prompt_edit.toPlainText().strip()
         name = " ".join(self.name_edit.text().split())
         self._presets[self._shown] = Preset(name, {k: values[k] for k in PRESET_FIELDS})
         item = self.list.item(self._shown + 1)

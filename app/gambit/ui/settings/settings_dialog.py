@@ -145,7 +145,7 @@ class SettingsDialog(SettingsPages):
         """Show ``s`` in the widgets."""
         for name, widget in self._field_widgets().items():
             if not isinstance(widget, QRadioButton):  # (the choices, set below)
-                _show(widget, getattr(s, name))
+                show_value(widget, getattr(s, name))
         self.drafter_radios[s.drafter].setChecked(True)
         policies = {"adaptive": self.policy_adaptive_radio, "fixed": self.policy_fixed_radio}
         policies[s.policy].setChecked(True)
@@ -164,7 +164,7 @@ class SettingsDialog(SettingsPages):
     def settings(self) -> Settings:
         """The settings as edited so far (not necessarily valid: see ``validate()``)."""
         values = {
-            name: _value(widget)
+            name: widget_value(widget)
             for name, widget in self._field_widgets().items()
             if not isinstance(widget, QRadioButton)
         }
@@ -380,7 +380,7 @@ class SettingsDialog(SettingsPages):
         dialog.open()
 
 
-def _show(widget: QWidget, value: object) -> None:
+def show_value(widget: QWidget, value: object) -> None:
     """Put a setting's ``value`` into the ``widget`` that edits it."""
     if isinstance(widget, QLineEdit):
         widget.setText(str(value))
@@ -398,7 +398,7 @@ def _show(widget: QWidget, value: object) -> None:
         raise TypeError(f"no way to show a setting in {type(widget).__name__}")
 
 
-def _value(widget: QWidget) -> object:
+def widget_value(widget: QWidget) -> object:
     """The value a setting's ``widget`` holds (a file path without its spaces)."""
     if isinstance(widget, QLineEdit):
         return widget.text().strip()

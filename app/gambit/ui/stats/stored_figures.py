@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from gambit.engine.gamma.metrics import MetricsSnapshot
-from gambit.storage.reply_stats import stored_value
+from gambit.storage.reply_stats import accepted_by_drafter, stored_value
 from gambit.ui.stats.stats_charts import Sample
 
 SERIES_POINTS: Final = 64  # a chart's points kept with a reply
@@ -53,8 +53,6 @@ def stored_figures(stats: Mapping[str, Any] | None) -> tuple[MetricsSnapshot, li
     part = stored_value(stats, "part_tokens")  # (a continued reply's figures are its last part's)
     series = stored_value(stats, "series") or []
     samples = [Sample(float(t), float(rate), float(base), int(g)) for t, rate, base, g in series]
-    by_drafter = stats.get("accepted_by_drafter")
-    accepted_by = by_drafter if isinstance(by_drafter, dict) else {}
     rate = _figure(stats, "tokens_per_s")
     snapshot = MetricsSnapshot(
         n_tokens=part if part else tokens,
@@ -78,9 +76,7 @@ def stored_figures(stats: Mapping[str, Any] | None) -> tuple[MetricsSnapshot, li
         draft_time_share=0.0,
         elapsed_s=samples[-1].t if samples else 0.0,
         busy=stored_value(stats, "busy"),
-        accepted_by_drafter=tuple(
-            (str(k), v) for k, v in accepted_by.items() if isinstance(v, int) and v >= 0
-        ),
+        accepted_by_drafter=tuple(accepted_by_drafter(stats).items()),
         speedup_withheld=stored_value(stats, "speedup_withheld"),
         threads=stored_value(stats, "threads") or "",
     )

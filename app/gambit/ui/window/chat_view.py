@@ -22,6 +22,7 @@ per-message actions act on (``gambit.ui.window.message_actions``).
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -305,12 +306,10 @@ class ChatView(QTextBrowser):
             drafted = m.drafted if self.highlight_drafted else []
             washed = QTextCharFormat(plain)
             washed.setBackground(markdown.DRAFT_BG)
+            flags = (i < len(drafted) and drafted[i] for i in range(len(m.text)))
             start = 0
-            while start < len(m.text):
-                flag = start < len(drafted) and drafted[start]
-                end = start + 1
-                while end < len(m.text) and (end < len(drafted) and drafted[end]) == flag:
-                    end += 1
+            for flag, run in itertools.groupby(flags):  # (runs of one wash)
+                end = start + sum(1 for _ in run)
                 cursor.insertText(m.text[start:end], washed if flag else plain)
                 start = end
             if streaming:

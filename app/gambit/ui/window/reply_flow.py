@@ -23,9 +23,9 @@ from gambit.engine.text.continuation import KeptTokens
 from gambit.engine.text.reply import GenerationConfig
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.qt.worker import EngineInfo, EngineWorker
-from gambit.storage.chat_store.rows import StoredMessage
+from gambit.storage.chat_store.rows import ConversationSummary, StoredMessage, completion_text
 from gambit.storage.prompts.continuing import KEPT_TOKENS, kept_record, kept_tokens
-from gambit.storage.prompts.history import completion_text, prompt_messages
+from gambit.storage.prompts.history import prompt_messages
 from gambit.storage.reply_stats import CUT_STOPS, ReplyStop
 from gambit.ui.stats.stats_charts import Sample, sample_of
 from gambit.ui.stats.stats_panel import StatsPanel
@@ -111,7 +111,7 @@ class ReplyFlow(QObject):
         try:
             conversation, stored = store.get(conv_id), store.messages(conv_id)
             completion = conversation.completion
-            history = prompt_messages(stored, self._fallback_prompt(conv_id))
+            history = prompt_messages(stored, self._fallback_prompt(conversation))
             msg_id = store.add_message(conv_id, "assistant", "", complete=False)
         except Exception as exc:
             self.window.report("The reply could not be started", exc)
@@ -130,18 +130,19 @@ class ReplyFlow(QObject):
         shown = self.window.chat.resume_reply()
         if shown is None:
             return
-        history = prompt_messages(stored, self._fallback_prompt(cut.conversation_id))
+        history = prompt_messages(
+            stored, self._fallback_prompt(self.window.store.get(cut.conversation_id))
+        )
         tokenizer = info.tokenizer if info else ""
         self._reply = _Streaming(cut.id, tokenizer, shown.text, list(shown.drafted),
                                  dict(cut.stats or {}), saved_text=shown.text)  # fmt: skip
         self._go()
         self.request_continue.emit(history, config, kept_tokens(cut.stats))
 
-    def _fallback_prompt(self, conv_id: int) -> str:
+    def _fallback_prompt(self, conversation: ConversationSummary) -> str:
         """The settings' system prompt, for a chat from before presets (one from
         a preset keeps its own, or none: ``gambit.storage.presets``)."""
-        legacy = not self.window.store.get(conv_id).preset
-        return self.window.settings.system_prompt if legacy else ""
+        return "" if conversation.preset else self.window.settings.system_prompt
 
     def _go(self) -> None:
         self.stats.start_reply(continued=self._reply is not None and self._reply.continued)
