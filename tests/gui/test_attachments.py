@@ -41,7 +41,7 @@ def window(qtbot: QtBot, tmp_path: Path, q4_1_first8: Path) -> Iterator[MainWind
     qtbot.addWidget(w)
     w.show()
     w.load_engine()
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     yield w
     w.close()
 
@@ -94,7 +94,7 @@ def test_a_dropped_file_goes_with_the_message_and_shows_collapsed(
     assert chips(window) == ["notes.md · 117 B  ✕"]
     window.input.setPlainText("Who orders the chairs?")
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not window.generating, timeout=REPLY_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.conversation.streaming, timeout=REPLY_TIMEOUT_MS)
 
     document = Document("notes.md", NOTES)
     question = compose("Who orders the chairs?", [document])
@@ -108,7 +108,7 @@ def test_a_dropped_file_goes_with_the_message_and_shows_collapsed(
     assert "gambit-icon:file" in window.chat.toHtml()
     window.chat.anchorClicked.emit(QUrl(f"{DOCUMENT_SCHEME}:0.0"))  # its Show link
     assert "Marta orders forty new chairs" in window.chat.toPlainText()
-    assert window.store.get(window.conversation_id or -1).title == "Who orders the chairs?"
+    assert window.store.get(window.conversation.id or -1).title == "Who orders the chairs?"
 
 
 def test_a_picked_file_is_attached_and_a_binary_one_is_refused(
@@ -142,7 +142,7 @@ def test_a_document_longer_than_the_context_says_what_it_needs(
     assert drop(window, long)
     window.input.setPlainText("Summarise this report.")
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not window.generating, timeout=REPLY_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.conversation.streaming, timeout=REPLY_TIMEOUT_MS)
     qtbot.waitUntil(lambda: window.findChild(QMessageBox, "errorDialog") is not None)
     box = window.findChild(QMessageBox, "errorDialog")
     assert isinstance(box, QMessageBox)

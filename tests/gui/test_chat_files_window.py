@@ -108,7 +108,7 @@ def test_file_menu_holds_import_and_the_exports(window: MainWindow) -> None:
 def test_export_the_open_chat_as_json_and_all_as_markdown(
     qtbot: QtBot, window: MainWindow, tmp_path: Path
 ) -> None:
-    assert window.store.get(window.conversation_id or -1).title == "Recent chat: café"
+    assert window.store.get(window.conversation.id or -1).title == "Recent chat: café"
     _action(window, "exportChatJsonAction").trigger()
     dialog = _dialog(qtbot, window, "exportChatsDialog")
     assert dialog.acceptMode() == QFileDialog.AcceptMode.AcceptSave
@@ -155,7 +155,7 @@ def test_import_adds_the_chats_to_the_sidebar_and_opens_the_first(
     (new,) = [c for c in window.store.list() if c.title == "From the laptop"]
     current = window.list.currentItem()
     assert current is not None and window.list.conversation_id(current) == new.id
-    assert window.conversation_id == new.id
+    assert window.conversation.id == new.id
     assert [(m.role, m.text) for m in window.chat.messages] == [
         ("user", "Summarise this"),
         ("assistant", "Done."),
@@ -172,7 +172,7 @@ def test_a_bad_file_is_refused_with_its_reason_and_changes_nothing(
     bad.write_bytes(b'{"messages": [{"role": "user", "content": "\xff"}]}')
     before = _dump(window.store.path)
     listed = [window.list.item(i).text() for i in range(window.list.count())]
-    shown_id = window.conversation_id
+    shown_id = window.conversation.id
 
     assert window.menus.chat_files.import_from(bad) is None
     box = _message_box(qtbot, window, "errorDialog")
@@ -183,7 +183,7 @@ def test_a_bad_file_is_refused_with_its_reason_and_changes_nothing(
     box.close()
     assert _dump(window.store.path) == before
     assert [window.list.item(i).text() for i in range(window.list.count())] == listed
-    assert window.conversation_id == shown_id
+    assert window.conversation.id == shown_id
 
 
 def test_what_an_import_leaves_out_is_said_in_a_box(
@@ -195,7 +195,7 @@ def test_what_an_import_leaves_out_is_said_in_a_box(
     ]}  # fmt: skip
     path.write_text(json.dumps({"messages": [message]}), encoding="utf-8")
     result = window.menus.chat_files.import_from(path)
-    assert result is not None and window.conversation_id == result.ids[0]
+    assert result is not None and window.conversation.id == result.ids[0]
     box = _message_box(qtbot, window, "warningDialog")
     assert box.windowTitle() == "Chats imported"
     assert box.text().endswith("Left out (Gambit keeps text only): 1 image_url part.")

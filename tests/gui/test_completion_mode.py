@@ -22,13 +22,13 @@ TEXT = "The three primary colours of light are red, green and"
 
 def _base_window(qtbot: QtBot, tmp_path: Path, settings: Settings) -> MainWindow:
     window = open_window(qtbot, (tmp_path / "settings.json", tmp_path / "chats.sqlite3"), settings)
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     return window
 
 
 def _continues(qtbot: QtBot, window: MainWindow, text: str) -> str:
     """Send ``text`` in completion mode; the stored continuation."""
-    conv_id = window.conversation_id
+    conv_id = window.conversation.id
     assert conv_id is not None and window.store.get(conv_id).completion
     send(qtbot, window, text)
     wait_reply(qtbot, window)
@@ -50,7 +50,10 @@ def test_a_base_model_continues_the_text_in_place(
     qtbot: QtBot, tmp_path: Path, base_settings: Settings
 ) -> None:
     window = _base_window(qtbot, tmp_path, base_settings)
-    assert window.engine_info is not None and not window.engine_info.chat_template
+    assert (
+        window.conversation.engine_info is not None
+        and not window.conversation.engine_info.chat_template
+    )
     # The empty chat opened before the model loaded follows it into completion mode.
     assert window.writing.action.isChecked()
     first = _continues(qtbot, window, TEXT + " ")
@@ -63,7 +66,7 @@ def test_a_base_model_continues_the_text_in_place(
     assert window.continue_button.isEnabled()
     window.continue_button.click()
     wait_reply(qtbot, window)
-    conv_id = window.conversation_id
+    conv_id = window.conversation.id
     assert conv_id is not None
     parts = window.store.messages(conv_id)
     assert [m.role for m in parts] == ["user", "assistant", "assistant"]
@@ -72,11 +75,11 @@ def test_a_base_model_continues_the_text_in_place(
     )
     # A system prompt (a chat from a preset keeps one) is no part of the text.
     window.store.set_system_prompt(conv_id, "You are a poet.")
-    window.show_conversation(conv_id)
+    window.conversation.show(conv_id)
     assert window.chat.toPlainText().startswith(TEXT)
     # The mode is stored with the conversation: it reopens as one text.
-    window.new_conversation()
-    window.open_conversation(conv_id)
+    window.conversation.new()
+    window.conversation.open(conv_id)
     assert window.writing.action.isChecked() and window.chat.completion
     window.close()
 
@@ -85,7 +88,7 @@ def test_a_chat_with_a_base_model_says_what_to_do_and_completion_mode_is_a_switc
     qtbot: QtBot, tmp_path: Path, base_settings: Settings
 ) -> None:
     window = _base_window(qtbot, tmp_path, base_settings)
-    conv_id = window.conversation_id
+    conv_id = window.conversation.id
     assert conv_id is not None
     window.writing.action.setChecked(False)  # any conversation may be written as turns
     assert not window.store.get(conv_id).completion
@@ -93,7 +96,7 @@ def test_a_chat_with_a_base_model_says_what_to_do_and_completion_mode_is_a_switc
     window.show_error = lambda title, message, warning=False: errors.append((title, message))  # type: ignore[method-assign]
     window.input.setPlainText("Hello there")
     window.send_button.click()
-    assert not window.generating and window.input.toPlainText() == "Hello there"
+    assert not window.conversation.streaming and window.input.toPlainText() == "Hello there"
     assert errors and "View → Completion mode" in errors[0][1]
     window.writing.action.setChecked(True)
     assert window.store.get(conv_id).completion
@@ -108,9 +111,12 @@ def test_a_base_model_drafted_through_text_by_another_tokenizer(
         drafter="draft", draft_model=str(smol_q8_0), policy="fixed", fixed_gamma=4
     )
     window = _base_window(qtbot, tmp_path, settings)
-    assert window.engine_info is not None and window.engine_info.drafter_label
+    assert (
+        window.conversation.engine_info is not None
+        and window.conversation.engine_info.drafter_label
+    )
     _continues(qtbot, window, "One, two, three, four, five, six, seven,")
-    conv_id = window.conversation_id
+    conv_id = window.conversation.id
     assert conv_id is not None
     stats = window.store.messages(conv_id)[-1].stats
     assert stats is not None and stats["drafted_tokens"] > 0  # fixed γ: every round drafts

@@ -62,7 +62,7 @@ def open_window(qtbot: QtBot, tmp_path: Path) -> Iterator[type[MainWindow]]:
         w.show()
         if load:
             w.load_engine()
-            qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+            qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
         return w
 
     yield make  # type: ignore[misc]
@@ -80,7 +80,7 @@ def reply(qtbot: QtBot, w: MainWindow, text: str = PROMPT) -> ReplyResult:
     w.worker.finished.connect(results.append)
     w.input.setPlainText(text)
     qtbot.mouseClick(w.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not w.generating, timeout=REPLY_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not w.conversation.streaming, timeout=REPLY_TIMEOUT_MS)
     assert len(results) == 1
     return results[0]
 
@@ -171,7 +171,7 @@ def test_a_failed_load_leaves_no_figures_behind(
     qtbot.waitUntil(
         lambda: w.findChild(QMessageBox, "errorDialog") is not None, timeout=LOAD_TIMEOUT_MS
     )
-    assert w.engine_info is None
+    assert w.conversation.engine_info is None
     for name in ("speedupValue", "tokensPerSecondValue", "baselineValue", "acceptanceValue",
                  "acceptanceRollingValue", "gammaReasonValue"):  # fmt: skip
         assert shown(w, name).text() == NO_FIGURE, name
@@ -285,7 +285,7 @@ def test_the_panel_shows_the_stored_reply_plain_speculative_and_refused(
     w.input.setPlainText("word " * 2000)
     qtbot.mouseClick(w.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: w.findChild(QMessageBox, "errorDialog") is not None, timeout=30_000)
-    qtbot.waitUntil(lambda: not w.generating, timeout=30_000)
+    qtbot.waitUntil(lambda: not w.conversation.streaming, timeout=30_000)
     refused = stored_reply(conversations)
     assert refused["stop"] == "error" and "too long" in refused["error"]
     assert not {"tokens_per_s", "baseline_tokens_per_s", "speedup"} & refused.keys()

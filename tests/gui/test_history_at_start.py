@@ -38,7 +38,7 @@ def test_damaged_history_is_replaced_and_the_window_says_so(qtbot: QtBot, tmp_pa
     box = window.findChild(QMessageBox, "warningDialog")
     assert box is not None and "damaged" in box.text() and "moved aside" in box.text()
     assert window.findChild(QLabel, "historyNotSavedLabel") is None  # the new file is saved
-    assert window.conversation_id is not None  # a new, empty chat to type into
+    assert window.conversation.id is not None  # a new, empty chat to type into
     window.close()
 
 

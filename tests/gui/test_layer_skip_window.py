@@ -74,8 +74,8 @@ def _warning(window: MainWindow) -> QMessageBox:
 def _plain_reply(qtbot: QtBot, window: MainWindow) -> None:
     window.input.setPlainText("Hi")
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
-    assert window.generating
-    qtbot.waitUntil(lambda: not window.generating, timeout=WAIT_MS)
+    assert window.conversation.streaming
+    qtbot.waitUntil(lambda: not window.conversation.streaming, timeout=WAIT_MS)
     assert window.chat.messages[-1].role == "assistant" and window.chat.messages[-1].text
 
 
@@ -94,12 +94,12 @@ def test_cancel_stops_the_search_and_the_model_runs_without_a_drafter(
         ),
         timeout=WAIT_MS,
     )
-    assert window.engine_info is None and not window.send_button.isEnabled()
+    assert window.conversation.engine_info is None and not window.send_button.isEnabled()
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     assert not button.isEnabled()  # pressed once; the search stops at its next step
 
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=WAIT_MS)
-    info = window.engine_info
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=WAIT_MS)
+    info = window.conversation.engine_info
     assert info is not None
     assert (info.drafter, info.drafter_label) == ("none", None)
     assert not button.isVisible()
@@ -139,8 +139,8 @@ def test_a_result_that_cannot_pay_is_said_and_not_switched_on(
     # (the full model: a search's cache is found by its source's name, and a
     # short copy's drafts name the model it was cut from)
     window = _open(qtbot, home, settings.with_(target_model=str(smol_q4_1)), progress)
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=WAIT_MS)
-    info = window.engine_info
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=WAIT_MS)
+    info = window.conversation.engine_info
     assert info is not None
     assert not any("measuring" in p for p in progress)  # the cached result, no new search
     assert (info.drafter, info.drafter_label) == ("none", None)

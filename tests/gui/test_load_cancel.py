@@ -111,7 +111,7 @@ def test_the_window_cancels_any_load_and_loads_again_on_request(
     assert window.cancel_load_button.toolTip() == "Stop loading the model"
     assert not window.load_button.isVisible()
     qtbot.waitUntil(lambda: window.load_button.isVisible(), timeout=LOAD_TIMEOUT_MS)
-    assert window.engine_info is None
+    assert window.conversation.engine_info is None
     assert window.model_label.text() == "No model loaded"
     assert window.statusBar().currentMessage() == "Loading cancelled: no model is loaded"
     assert not window.cancel_load_button.isVisible() and not window.load_busy.isVisible()
@@ -119,7 +119,10 @@ def test_the_window_cancels_any_load_and_loads_again_on_request(
 
     window.worker.load_progress.disconnect(on_progress)
     qtbot.mouseClick(window.load_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
-    assert window.engine_info is not None and window.engine_info.draft_name == q4_1_first8.name
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    assert (
+        window.conversation.engine_info is not None
+        and window.conversation.engine_info.draft_name == q4_1_first8.name
+    )
     assert not window.load_button.isVisible() and not window.cancel_load_button.isVisible()
     window.close()

@@ -54,7 +54,7 @@ def open_window(qtbot: QtBot, paths: tuple[Path, Path], settings: Settings | Non
 def window(qtbot: QtBot, paths: tuple[Path, Path], settings: Settings) -> Iterator[MainWindow]:
     w = open_window(qtbot, paths, settings)
     w.latency.reset()
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     print(f"UI event loop: longest block while the models loaded {w.latency.max_late_ms:.1f} ms")
     # A freeze guard only a hang can hit (loading runs on the worker thread); the
     # figure itself is printed, not judged.
@@ -66,7 +66,7 @@ def window(qtbot: QtBot, paths: tuple[Path, Path], settings: Settings) -> Iterat
 def send(qtbot: QtBot, window: MainWindow, text: str) -> None:
     window.input.setPlainText(text)
     qtbot.mouseClick(window.send_button, qtbot_left())
-    assert window.generating
+    assert window.conversation.streaming
 
 
 def qtbot_left():  # type: ignore[no-untyped-def]
@@ -76,7 +76,7 @@ def qtbot_left():  # type: ignore[no-untyped-def]
 
 
 def wait_reply(qtbot: QtBot, window: MainWindow) -> None:
-    qtbot.waitUntil(lambda: not window.generating, timeout=REPLY_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.conversation.streaming, timeout=REPLY_TIMEOUT_MS)
 
 
 def test_send_streams_a_reply_and_saves_it(qtbot: QtBot, window: MainWindow) -> None:
@@ -92,12 +92,12 @@ def test_send_streams_a_reply_and_saves_it(qtbot: QtBot, window: MainWindow) -> 
     assert len(deltas) >= 2
     assert "".join(d.text for d in deltas).strip() == reply.text.strip()  # type: ignore[attr-defined]
     assert "tok/s" in reply.footer
-    stored = window.store.messages(window.conversation_id or -1)
+    stored = window.store.messages(window.conversation.id or -1)
     assert [m.role for m in stored] == ["user", "assistant"]
     assert stored[-1].content == reply.text and stored[-1].complete
     assert stored[-1].stats and stored[-1].stats["tokens"] > 0
     # the conversation got a title from the first message
-    assert window.store.get(window.conversation_id or -1).title.startswith("Repeat exactly")
+    assert window.store.get(window.conversation.id or -1).title.startswith("Repeat exactly")
     print(f"UI event loop: longest block during the reply {window.latency.max_late_ms:.1f} ms")
     # A freeze guard, not a speed goal: the engine runs on its own thread.
     assert window.latency.max_late_ms < FREEZE_MS
@@ -122,10 +122,10 @@ def test_tree_drafts_reload_the_engine_and_show_in_the_panel(
     # While it reloads the panel shows no stale drafter, and the status bar is busy.
     assert window.model_label.text() == "Loading…"
     assert drafter.isHidden() and not window.load_busy.isHidden()
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     assert window.load_busy.isHidden()
-    assert window.engine_info is not None
-    assert window.engine_info.drafter_detail == "tree, up to 4 nodes"
+    assert window.conversation.engine_info is not None
+    assert window.conversation.engine_info.drafter_detail == "tree, up to 4 nodes"
     assert drafter.text() == "Drafter: prompt lookup · tree, up to 4 nodes"
     assert window.settings_store.load().tree_drafts  # saved
     send(qtbot, window, "Repeat exactly: red, green, blue, red, green, blue.")
@@ -137,14 +137,14 @@ def test_speculation_toggle_takes_effect_mid_conversation(qtbot: QtBot, window: 
     prompt = "Repeat exactly: one two three four, one two three four, one two three four."
     send(qtbot, window, prompt)
     wait_reply(qtbot, window)
-    first = window.store.messages(window.conversation_id or -1)[-1].stats or {}
+    first = window.store.messages(window.conversation.id or -1)[-1].stats or {}
     window.speculation_action.trigger()  # off
     assert not window.settings.speculation
     assert window.worker._engine is not None
     assert not window.worker._engine.speculating
     send(qtbot, window, prompt)
     wait_reply(qtbot, window)
-    second = window.store.messages(window.conversation_id or -1)[-1].stats or {}
+    second = window.store.messages(window.conversation.id or -1)[-1].stats or {}
     assert second["drafted_tokens"] == 0
     assert first["speculation"] and not second["speculation"]
     window.speculation_action.trigger()  # back on, same conversation
@@ -154,7 +154,7 @@ def test_speculation_toggle_takes_effect_mid_conversation(qtbot: QtBot, window: 
 def test_stop_keeps_the_partial_reply(qtbot: QtBot, paths: tuple[Path, Path], settings: Settings
                                       ) -> None:  # fmt: skip
     w = open_window(qtbot, paths, settings.with_(max_tokens=2000, drafter="none"))
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     deltas: list[object] = []
     w.worker.delta.connect(deltas.append)
     send(qtbot, w, "Write a very long story about a lighthouse keeper.")
@@ -162,7 +162,7 @@ def test_stop_keeps_the_partial_reply(qtbot: QtBot, paths: tuple[Path, Path], se
     qtbot.mouseClick(w.stop_button, qtbot_left())
     wait_reply(qtbot, w)
     reply = w.chat.messages[-1]
-    stored = w.store.messages(w.conversation_id or -1)[-1]
+    stored = w.store.messages(w.conversation.id or -1)[-1]
     assert reply.text and stored.content == reply.text
     assert not stored.complete
     assert "stopped" in reply.footer
@@ -176,22 +176,26 @@ def test_a_setting_that_reloads_changed_during_a_reply_applies_when_it_ends(
     # The short Q4_1 (conftest): a long reply in a fraction of the time.
     short = settings.with_(target_model=str(q4_1_first8), max_tokens=900, drafter="none")
     w = open_window(qtbot, paths, short)
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
-    assert w.engine_info is not None and w.engine_info.n_ctx == 1024
+    qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    assert w.conversation.engine_info is not None and w.conversation.engine_info.n_ctx == 1024
     deltas: list[object] = []
     w.worker.delta.connect(deltas.append)
     send(qtbot, w, "Write a very long story about a lighthouse keeper.")
     qtbot.waitUntil(lambda: len(deltas) >= 2, timeout=REPLY_TIMEOUT_MS)
     assert w.apply_settings(w.settings.with_(context_size=2048))
     # The reply goes on with the models it started with ...
-    assert w.generating and w.engine_info is not None and w.engine_info.n_ctx == 1024
+    assert (
+        w.conversation.streaming
+        and w.conversation.engine_info is not None
+        and w.conversation.engine_info.n_ctx == 1024
+    )
     assert w.settings_store.load().context_size == 2048  # (saved at once)
     # (Stop ends it as its last token would: the same end of a reply.)
     qtbot.mouseClick(w.stop_button, qtbot_left())
     wait_reply(qtbot, w)
     # ... and the new context size is loaded as soon as it ends.
     qtbot.waitUntil(
-        lambda: w.engine_info is not None and w.engine_info.n_ctx == 2048,
+        lambda: w.conversation.engine_info is not None and w.conversation.engine_info.n_ctx == 2048,
         timeout=LOAD_TIMEOUT_MS,
     )
     w.close()
@@ -201,7 +205,7 @@ def test_settings_and_conversations_survive_a_restart(
     qtbot: QtBot, paths: tuple[Path, Path], settings: Settings
 ) -> None:
     w = open_window(qtbot, paths, settings)
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     assert w.chat.pacing  # even streaming is on by default
     w.apply_settings(
         w.settings.with_(temperature=0.0, top_k=12, system_prompt="Be brief.", even_streaming=False)
@@ -209,14 +213,14 @@ def test_settings_and_conversations_survive_a_restart(
     assert not w.chat.pacing
     send(qtbot, w, "Say hello.")
     wait_reply(qtbot, w)
-    conv_id = w.conversation_id
+    conv_id = w.conversation.id
     reply_text = w.chat.messages[-1].text
     w.close()
 
     again = open_window(qtbot, paths, None)
     assert again.settings.top_k == 12 and again.settings.system_prompt == "Be brief."
     assert not again.chat.pacing
-    assert again.conversation_id == conv_id
+    assert again.conversation.id == conv_id
     assert [m.role for m in again.chat.messages] == ["user", "assistant"]
     assert again.chat.messages[-1].text == reply_text
     again.close()
@@ -230,10 +234,10 @@ def test_bad_model_path_shows_an_error_and_the_app_stays_usable(
     qtbot.waitUntil(lambda: w.findChild(QMessageBox, "errorDialog") is not None, timeout=30_000)
     box = w.findChild(QMessageBox, "errorDialog")
     assert box is not None and "not found" in box.text() + box.informativeText()
-    assert w.engine_info is None and not w.send_button.isEnabled()
+    assert w.conversation.engine_info is None and not w.send_button.isEnabled()
     box.close()
     w.apply_settings(w.settings.with_(target_model=settings.target_model))
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     send(qtbot, w, "Hi")
     wait_reply(qtbot, w)
     assert w.chat.messages[-1].text
@@ -244,12 +248,12 @@ def test_closing_during_a_reply_exits_cleanly_and_saves_it(
     qtbot: QtBot, paths: tuple[Path, Path], settings: Settings
 ) -> None:
     w = open_window(qtbot, paths, settings.with_(max_tokens=2000, drafter="none"))
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     deltas: list[object] = []
     w.worker.delta.connect(deltas.append)
     send(qtbot, w, "Write a very long story about a dragon.")
     qtbot.waitUntil(lambda: len(deltas) >= 5, timeout=REPLY_TIMEOUT_MS)
-    conv_id = w.conversation_id
+    conv_id = w.conversation.id
     thread = w.worker_thread.thread
     w.close()
     assert thread.isFinished()
@@ -264,7 +268,7 @@ def test_screenshot_mid_reply(qtbot: QtBot, window: MainWindow, tmp_path: Path) 
     window.worker.delta.connect(deltas.append)
     # a fixed γ and a copy-heavy prompt, so the picture shows accepted drafts
     window.apply_settings(window.settings.with_(max_tokens=160, policy="fixed"))
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     send(
         qtbot,
         window,
@@ -315,7 +319,7 @@ def test_a_stored_thread_count_that_would_crash_is_reset_and_said(
     )
     assert w.settings == settings.with_(threads=0)
     box.close()
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     w.close()
 
 
@@ -331,7 +335,7 @@ def test_settings_naming_no_model_are_refused_and_the_model_stays_loaded(
     readme.write_text("# Gambit\n\nA desktop chat app.\n")
     text_gguf = tmp_path / "x.gguf"
     text_gguf.write_text("not a model\n")
-    loaded = window.engine_info
+    loaded = window.conversation.engine_info
     saved = window.settings_store.path.read_bytes()
     seen: list[str] = []
 
@@ -348,7 +352,9 @@ def test_settings_naming_no_model_are_refused_and_the_model_stays_loaded(
             dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
             assert dialog.isVisible() and reason.isVisible()  # refused, still open
             seen.append(reason.text())
-        assert window.engine_info is loaded  # nothing unloaded while the dialog is open
+        assert (
+            window.conversation.engine_info is loaded
+        )  # nothing unloaded while the dialog is open
         dialog.reject()
 
     QTimer.singleShot(0, in_dialog)
@@ -364,7 +370,7 @@ def test_settings_naming_no_model_are_refused_and_the_model_stays_loaded(
     box.close()
 
     qtbot.wait(200)  # a reload, had one started, would have reset engine_info by now
-    assert window.engine_info is loaded
+    assert window.conversation.engine_info is loaded
     assert window.model_label.text() != "Loading…"
     assert window.settings_store.path.read_bytes() == saved  # nothing saved
     assert window.settings.target_model != str(text_gguf)

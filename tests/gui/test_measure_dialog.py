@@ -107,7 +107,7 @@ def window(
     qtbot.addWidget(w)
     w.show()
     w.load_engine()
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     yield w
     w.close()
 
@@ -318,7 +318,7 @@ def test_cancel_mid_run_then_a_second_run_is_listed_first(
     window.input.setPlainText("Say hi")
     dialog.close()
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not window.generating, timeout=MEASURE_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.conversation.streaming, timeout=MEASURE_TIMEOUT_MS)
     assert window.chat.messages[-1].role == "assistant" and window.chat.messages[-1].text
 
 
@@ -411,7 +411,9 @@ def test_a_worker_killed_mid_measurement_ends_it_and_drops_the_engine(
         qtbot.addWidget(window)
         window.show()
         window.load_engine()
-        qtbot.waitUntil(lambda: window.engine_info is not None, timeout=MEASURE_TIMEOUT_MS)
+        qtbot.waitUntil(
+            lambda: window.conversation.engine_info is not None, timeout=MEASURE_TIMEOUT_MS
+        )
         engine = window.worker._engine
         assert engine is not None and isinstance(engine.target, HostedRuntime)
         before = fingerprint(db)  # (once the window has opened it: an empty WAL)
@@ -436,8 +438,8 @@ def test_a_worker_killed_mid_measurement_ends_it_and_drops_the_engine(
     assert bar.format() == "Worker lost" and dialog.earlier.count() == 0
     assert dialog.start_button.isEnabled() and not dialog.cancel_button.isEnabled()
     # the broken engine is gone, as after a lost reply, and the window says so
-    assert window.worker._engine is None and window.engine_info is None
-    assert not window.generating and window.send_button.isEnabled()
+    assert window.worker._engine is None and window.conversation.engine_info is None
+    assert not window.conversation.streaming and window.send_button.isEnabled()
     qtbot.waitUntil(lambda: window.findChild(QMessageBox, "workerLostDialog") is not None)
     box = window.findChild(QMessageBox, "workerLostDialog")
     assert isinstance(box, QMessageBox) and worker.endpoint in box.text()

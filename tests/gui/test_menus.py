@@ -153,11 +153,11 @@ def test_menus_hold_the_conventional_actions_with_their_shortcuts(window: MainWi
 
 def test_new_chat_shortcut_creates_a_conversation(qtbot: QtBot, window: MainWindow) -> None:
     before = len(window.store.list(""))
-    first = window.conversation_id
+    first = window.conversation.id
     window.store.add_message(first or -1, "user", "hello")  # so the new chat is a new row
     qtbot.keyClick(window.input, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
     assert len(window.store.list("")) == before + 1
-    assert window.conversation_id != first
+    assert window.conversation.id != first
     assert window.chat.messages == []
     _action(window, "newChatAction").trigger()
     assert len(window.store.list("")) == before + 2
@@ -180,20 +180,20 @@ def test_a_search_keeps_the_open_conversation_only_while_it_matches(window: Main
     store.add_message(boats, "user", "How do sails work?")
     soup = store.create("Soup")
     store.add_message(soup, "user", "A recipe for leek soup, please.")
-    window.open_conversation(boats)
+    window.conversation.open(boats)
     assert window.chat.messages[0].text == "How do sails work?"
 
     window.search.setText("sail")  # it matches: it stays open
-    assert window.conversation_id == boats
+    assert window.conversation.id == boats
     window.search.setText("leek")  # it does not: the match opens
-    assert window.conversation_id == soup
+    assert window.conversation.id == soup
     assert window.chat.messages[0].text == "A recipe for leek soup, please."
     current = window.list.currentItem()
     assert current is not None and window.list.conversation_id(current) == soup
     window.search.setText("nothing like this")  # no match: nothing else to open
-    assert window.list.count() == 0 and window.conversation_id == soup
+    assert window.list.count() == 0 and window.conversation.id == soup
     window.search.clear()
-    assert window.conversation_id == soup and window.list.count() >= 2
+    assert window.conversation.id == soup and window.list.count() >= 2
 
 
 def test_view_menu_toggles_the_statistics_and_the_sidebar(window: MainWindow) -> None:
@@ -244,7 +244,7 @@ def test_settings_and_models_open_their_dialogs(qtbot: QtBot, window: MainWindow
 def test_measure_opens_its_dialog_which_waits_for_a_model(qtbot: QtBot, window: MainWindow) -> None:
     from gambit.ui.measure.measure_dialog import MeasureDialog
 
-    window.store.add_message(window.conversation_id or -1, "user", "hello")
+    window.store.add_message(window.conversation.id or -1, "user", "hello")
     _action(window, "measureAction").trigger()
     dialog = window.findChild(MeasureDialog, "measureDialog")
     assert isinstance(dialog, MeasureDialog) and dialog.isVisible()

@@ -61,7 +61,7 @@ def open_window(qtbot: QtBot, tmp_path: Path, settings: Settings) -> MainWindow:
     qtbot.waitExposed(window)
     window.activateWindow()
     window.load_engine()
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     return window
 
 
@@ -73,7 +73,7 @@ def window(qtbot: QtBot, tmp_path: Path, settings: Settings) -> Iterator[MainWin
 
 
 def wait_idle(qtbot: QtBot, window: MainWindow) -> None:
-    qtbot.waitUntil(lambda: not window.generating, timeout=REPLY_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not window.conversation.streaming, timeout=REPLY_TIMEOUT_MS)
 
 
 def send(qtbot: QtBot, window: MainWindow, text: str) -> None:
@@ -92,7 +92,7 @@ def rows(db: Path) -> list[tuple[Any, ...]]:
 
 
 def stored(window: MainWindow) -> list[StoredMessage]:
-    return window.store.messages(window.conversation_id or -1)
+    return window.store.messages(window.conversation.id or -1)
 
 
 def menu_on(window: MainWindow, index: int) -> QMenu:
@@ -169,7 +169,7 @@ def test_copy_and_edit_and_resend(qtbot: QtBot, window: MainWindow, tmp_path: Pa
     assert [r[2] for r in after] == ["user", "assistant"] and after[1][3] and after[1][4] == 1
     assert window.chat.messages[0].text == "Name a planet."
     # The title was made from the first message, so it follows the edit (list too).
-    assert window.store.get(window.conversation_id or -1).title == "Name a planet."
+    assert window.store.get(window.conversation.id or -1).title == "Name a planet."
     item = window.list.currentItem()
     assert item is not None and item.text() == "Name a planet."
 
@@ -179,11 +179,11 @@ def test_branch_delete_and_regenerate_any_reply(
 ) -> None:
     send(qtbot, window, "Name a colour.")
     send(qtbot, window, "Name a fruit.")
-    source = window.conversation_id
+    source = window.conversation.id
     q1, a1, q2, _ = stored(window)
 
     choose(menu_on(window, 1), "branchAction")  # from the first reply
-    branch = window.conversation_id
+    branch = window.conversation.id
     assert branch != source and window.store.get(branch or -1).title.endswith("(branch)")
     assert window.list.currentItem() is not None
     assert window.list.conversation_id(window.list.currentItem()) == branch
@@ -204,7 +204,7 @@ def test_branch_delete_and_regenerate_any_reply(
     ]
     assert [m.role for m in window.chat.messages] == ["user"]
 
-    window.open_conversation(source or -1)
+    window.conversation.open(source or -1)
     choose(menu_on(window, 1), "regenerateAction")  # a reply with two messages after it
     assert "The 2 messages after it will be deleted" in confirm(qtbot, window)
     wait_idle(qtbot, window)
@@ -250,7 +250,7 @@ def test_the_panel_follows_the_reply_you_look_at(qtbot: QtBot, window: MainWindo
 
     send(qtbot, window, "Name a colour.")
     send(qtbot, window, "Name a fruit.")
-    first = window.conversation_id or -1
+    first = window.conversation.id or -1
     colour, fruit = stored(window)[1], stored(window)[3]
     assert colour.stats and fruit.stats and colour.stats["series"]
     settled(fruit.stats)  # live: the reply just written
@@ -267,15 +267,15 @@ def test_the_panel_follows_the_reply_you_look_at(qtbot: QtBot, window: MainWindo
 
     other = window.store.create("Elsewhere")
     window.store.add_message(other, "user", "Hello?")
-    window.open_conversation(other)  # no reply: no figure
+    window.conversation.open(other)  # no reply: no figure
     settled(None)
     figures = {"tokens": 40, "tokens_per_s": 12.5, "acceptance_by_position": [0.5, "x"]}
     window.store.add_message(other, "assistant", "Hi.", stats=figures)
-    window.show_conversation(other)  # a record another program wrote: what holds is shown
+    window.conversation.show(other)  # a record another program wrote: what holds is shown
     settled(figures)
     assert shown("acceptanceValue") == PLACEHOLDER
 
-    window.open_conversation(first)  # back: its last reply's figures
+    window.conversation.open(first)  # back: its last reply's figures
     settled(fruit.stats)
     key(qtbot, window, "deleteMessageAction")  # the last message: the reply shown
     assert "this reply" in confirm(qtbot, window)
@@ -288,7 +288,7 @@ STORY = "Write a long story about a lighthouse keeper."
 def fresh_reply(qtbot: QtBot, window: MainWindow, max_tokens: int) -> str:
     """The reply to STORY in a new conversation, ``max_tokens`` long at most."""
     window.apply_settings(window.settings.with_(max_tokens=max_tokens))
-    window.new_conversation()
+    window.conversation.new()
     send(qtbot, window, STORY)
     return stored(window)[-1].content
 
@@ -312,9 +312,9 @@ def test_continue_after_the_length_limit_and_after_stop(
     scope = window.stats.findChild(QLabel, "scopeValue")  # the panel says whose figures
     assert isinstance(scope, QLabel)
     assert scope.text() == "Figures of the reply's last part (it was continued)."
-    conv_id = window.conversation_id or -1
-    window.new_conversation()
-    window.open_conversation(conv_id)  # reopened: as stored
+    conv_id = window.conversation.id or -1
+    window.conversation.new()
+    window.conversation.open(conv_id)  # reopened: as stored
     assert scope.text() == (
         "Figures stored with the selected reply: its last part (it was continued)."
     )
@@ -324,7 +324,7 @@ def test_continue_after_the_length_limit_and_after_stop(
 
     # Stopped part-way (any number of tokens), then continued by 6.
     window.apply_settings(window.settings.with_(max_tokens=400))
-    window.new_conversation()
+    window.conversation.new()
     deltas: list[object] = []
     window.worker.delta.connect(deltas.append)
     window.input.setPlainText(STORY)
@@ -391,13 +391,13 @@ window = MainWindow(SettingsStore(Path(sys.argv[1])), ConversationStore(Path(sys
 window.show()
 
 def send_when_loaded():
-    if window.engine_info is not None:
+    if window.conversation.engine_info is not None:
         poll.stop()
         window.input.setPlainText(sys.argv[3])
         window.send()
 
 def kill_once_saved():  # (connected after the autosave's own slot: runs after its write)
-    reply = window.store.messages(window.conversation_id)[-1]
+    reply = window.store.messages(window.conversation.id)[-1]
     if reply.role == "assistant" and reply.content and kept_tokens(reply.stats):
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -444,7 +444,7 @@ def test_continue_a_reply_autosaved_before_the_window_was_killed(
     qtbot.addWidget(window)
     window.show()
     window.load_engine()
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     try:
         assert window.chat.messages[-1].text == text and window.continue_button.isEnabled()
         qtbot.mouseClick(window.continue_button, Qt.MouseButton.LeftButton)

@@ -33,7 +33,7 @@ def window(qtbot: QtBot, tmp_path: Path, smol_q4_1: Path) -> Iterator[MainWindow
         context_size=1024, threads=2,
     )  # fmt: skip
     w = open_window(qtbot, (tmp_path / "settings.json", tmp_path / "chats.sqlite3"), settings)
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     yield w
     w.close()
 
@@ -80,7 +80,7 @@ def test_a_chat_from_a_preset_keeps_its_system_prompt_and_sampling(
     ]
 
     new_chat_from(window, "Pirate")
-    conv_id = window.conversation_id or -1
+    conv_id = window.conversation.id or -1
     conversation = window.store.get(conv_id)
     assert conversation.preset == "Pirate" and window.preset_label.text() == "Preset: Pirate"
     [system] = window.store.messages(conv_id)
@@ -112,7 +112,7 @@ def test_a_conversations_system_prompt_is_its_own_to_change(
 ) -> None:
     window.apply_settings(window.settings.with_(system_prompt="Answer in one word."))
     new_chat_from(window, DEFAULT_PRESET)  # Default: the settings' prompt, copied
-    conv_id = window.conversation_id or -1
+    conv_id = window.conversation.id or -1
     assert window.store.messages(conv_id)[0].content == "Answer in one word."
 
     shown: list[str] = []
@@ -153,10 +153,10 @@ def test_a_preset_that_does_not_draft_keeps_its_replies_plain(
     assert window.preset_label.text() == "Preset: Pirate · no speculation"
     send(qtbot, window, "Repeat: one two three, one two three, one two three.")
     wait_reply(qtbot, window)
-    stats = window.store.messages(window.conversation_id or -1)[-1].stats
+    stats = window.store.messages(window.conversation.id or -1)[-1].stats
     assert stats is not None and stats["drafted_tokens"] == 0 and not stats["speculation"]
-    window.new_conversation()  # Default: the toolbar's switch (on) again
+    window.conversation.new()  # Default: the toolbar's switch (on) again
     send(qtbot, window, "Repeat: one two three, one two three, one two three.")
     wait_reply(qtbot, window)
-    stats = window.store.messages(window.conversation_id or -1)[-1].stats
+    stats = window.store.messages(window.conversation.id or -1)[-1].stats
     assert stats is not None and stats["speculation"]

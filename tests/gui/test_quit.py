@@ -90,23 +90,23 @@ def send(text):
         w = window()
         w.input.setPlainText(text)
         w.send()
-        print("sent; generating:", w.generating, flush=True)
+        print("sent; generating:", w.conversation.streaming, flush=True)
         done()
     return go
 
 def reply_ended(done):
-    when(lambda: None if window().generating else True, lambda _: done())
+    when(lambda: None if window().conversation.streaming else True, lambda _: done())
 
 def streaming(done):
     w = window()
     when(lambda: w.chat.streamed()[0] or None, lambda _: done())
 
 def quit_now(_done):
-    print("quitting; generating:", window().generating, flush=True)
+    print("quitting; generating:", window().conversation.streaming, flush=True)
     trigger("quitAction")
 
 def loaded(done):
-    when(lambda: window().engine_info, lambda _: done())
+    when(lambda: window().conversation.engine_info, lambda _: done())
 
 PATHS = {
     "models": [loaded, modal_dialog("modelsAction"), quit_now],

@@ -46,7 +46,7 @@ def open_window(qtbot: QtBot, settings_path: Path, db_path: Path) -> MainWindow:
     qtbot.addWidget(window)
     window.show()
     window.load_engine()
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     return window
 
 
@@ -63,7 +63,7 @@ def click_send(qtbot: QtBot, window: MainWindow, text: str) -> None:
 
 
 def assert_idle(window: MainWindow) -> None:
-    assert not window.generating
+    assert not window.conversation.streaming
     assert window.send_button.isEnabled() and not window.stop_button.isEnabled()
     assert window.list.isEnabled() and window.new_button.isEnabled()
 
@@ -81,12 +81,12 @@ def test_a_setting_that_fails_validation_at_send(
     assert "Top-p must be more than 0 and at most 1." in box.text()
     assert_idle(window)
     assert window.input.toPlainText() == "Hello there"  # not lost
-    assert window.store.messages(window.conversation_id or -1) == []  # nothing half-stored
+    assert window.store.messages(window.conversation.id or -1) == []  # nothing half-stored
     box.close()
     window.apply_settings(window.settings.with_(top_p=0.9))
     click_send(qtbot, window, window.input.toPlainText())
-    qtbot.waitUntil(lambda: not window.generating, timeout=REPLY_TIMEOUT_MS)
-    stored = window.store.messages(window.conversation_id or -1)
+    qtbot.waitUntil(lambda: not window.conversation.streaming, timeout=REPLY_TIMEOUT_MS)
+    stored = window.store.messages(window.conversation.id or -1)
     assert [m.role for m in stored] == ["user", "assistant"]
     assert stored[1].complete and window.input.toPlainText() == ""
     window.close()
@@ -157,8 +157,8 @@ def test_send_on_a_full_disk_keeps_the_message(
 
     make_room()
     click_send(qtbot, window, window.input.toPlainText())
-    qtbot.waitUntil(lambda: not window.generating, timeout=REPLY_TIMEOUT_MS)
-    assert [m.role for m in window.store.messages(window.conversation_id or -1)] == [
+    qtbot.waitUntil(lambda: not window.conversation.streaming, timeout=REPLY_TIMEOUT_MS)
+    assert [m.role for m in window.store.messages(window.conversation.id or -1)] == [
         "user",
         "assistant",
     ]
@@ -183,9 +183,9 @@ def test_a_failed_save_at_the_end_of_a_reply_leaves_the_window_idle(
             lambda: "not being saved" in window.statusBar().currentMessage(),
             timeout=REPLY_TIMEOUT_MS,
         )  # the save once a second failed; the reply goes on
-        assert window.generating
+        assert window.conversation.streaming
         qtbot.mouseClick(window.stop_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: not window.generating, timeout=REPLY_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: not window.conversation.streaming, timeout=REPLY_TIMEOUT_MS)
         box = error_box(qtbot, window)
         other.execute("ROLLBACK")
     assert "could not be saved" in box.windowTitle()
@@ -211,11 +211,11 @@ window.show()
 window.load_engine()
 
 def send_when_loaded():
-    if window.engine_info is not None:
+    if window.conversation.engine_info is not None:
         poll.stop()
         window.input.setPlainText(sys.argv[1])
         window.send()
-        print("sent", window.generating, flush=True)
+        print("sent", window.conversation.streaming, flush=True)
 
 poll = QTimer()
 poll.timeout.connect(send_when_loaded)

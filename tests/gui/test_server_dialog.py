@@ -40,7 +40,7 @@ def window(qtbot: QtBot, tmp_path: Path, smol_q4_1: Path) -> Iterator[MainWindow
     qtbot.addWidget(w)
     w.show()
     w.load_engine()
-    qtbot.waitUntil(lambda: w.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: w.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     yield w
     w.close()
 
@@ -55,7 +55,7 @@ def test_the_window_serves_its_models_and_shows_the_replies(
     dialog.port.setValue(free_port())
     dialog.api_key.setText("k3y")
     qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
-    service = window.local_service
+    service = window.menus.local_service
     assert service is not None and service.running
     assert dialog.status.text().startswith("Serving SmolLM2-135M-Instruct.Q4_1.gguf at http://")
     assert window.settings_store.load().server_api_key == "k3y"  # remembered
@@ -103,5 +103,5 @@ def test_a_port_in_use_is_said_and_nothing_runs(qtbot: QtBot, window: MainWindow
         assert isinstance(dialog, ServerDialog)
         dialog.port.setValue(taken.getsockname()[1])
         qtbot.mouseClick(dialog.start_button, Qt.MouseButton.LeftButton)
-        assert window.local_service is not None and not window.local_service.running
+        assert window.menus.local_service is not None and not window.menus.local_service.running
         assert "could not start" in dialog.status.text() and "in use" in dialog.status.text()

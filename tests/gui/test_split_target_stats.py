@@ -36,7 +36,7 @@ def test_the_panel_shows_the_layers_here_and_on_the_worker(
         qtbot.addWidget(window)
         window.show()
         window.load_engine()
-        qtbot.waitUntil(lambda: window.engine_info is not None, timeout=TIMEOUT_MS)
+        qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=TIMEOUT_MS)
         label = window.stats.findChild(QLabel, "targetValue")
         assert label is not None and label.isVisibleTo(window.stats)
         first, costs = label.text().split("\n")

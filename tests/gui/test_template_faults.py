@@ -52,12 +52,12 @@ def test_a_failing_chat_template_is_said_and_the_window_stays_usable(
     qtbot.addWidget(window)
     window.show()
     window.load_engine()
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=WAIT_MS)
 
     for attempt in ("Hello there", "Are you there?"):
         window.input.setPlainText(attempt)
         qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: not window.generating, timeout=WAIT_MS)
+        qtbot.waitUntil(lambda: not window.conversation.streaming, timeout=WAIT_MS)
         box = window.findChild(QMessageBox, "errorDialog")
         assert box is not None
         assert box.windowTitle() == "The reply could not be completed"
@@ -74,7 +74,7 @@ def test_a_failing_chat_template_is_said_and_the_window_stays_usable(
         assert users[-1] == attempt
         assert "Traceback" not in window.chat.messages[-1].text
 
-    conv = window.conversation_id
+    conv = window.conversation.id
     assert conv is not None
     window.close()
     with ConversationStore(db) as saved:
@@ -99,7 +99,7 @@ def window():
 
 def send_when_loaded():
     w = window()
-    if w.engine_info is None:
+    if w.conversation.engine_info is None:
         QTimer.singleShot(100, send_when_loaded)
         return
     w.input.setPlainText(prompt)
@@ -108,7 +108,7 @@ def send_when_loaded():
     QTimer.singleShot(1500, close)
 
 def close():
-    print("closing; generating:", window().generating, flush=True)
+    print("closing; generating:", window().conversation.streaming, flush=True)
     QApplication.closeAllWindows()
 
 def exec_then_close(*_args):

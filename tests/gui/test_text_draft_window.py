@@ -25,7 +25,7 @@ def test_a_draft_of_another_tokenizer_is_chosen_and_drafts_through_text(
         context_size=1024, threads=2, policy="fixed", fixed_gamma=4,
     )  # fmt: skip
     window = open_window(qtbot, (tmp_path / "settings.json", tmp_path / "chats.sqlite3"), settings)
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
 
     # Choosing it: the Models dialog says how it drafts, and OK applies it
     # (as the window's Models… action does with the dialog's choice).
@@ -49,7 +49,7 @@ def test_a_draft_of_another_tokenizer_is_chosen_and_drafts_through_text(
     assert window.apply_settings(dialog.chosen_settings())
     assert window.settings.drafter == "draft" and window.settings.draft_model == str(gemma_q4_k_m)
 
-    qtbot.waitUntil(lambda: window.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=LOAD_TIMEOUT_MS)
     drafter = window.stats.findChild(QLabel, "drafterValue")
     assert drafter is not None and drafter.text() == "Drafter: draft model (through text) · chain"
 
@@ -60,7 +60,7 @@ def test_a_draft_of_another_tokenizer_is_chosen_and_drafts_through_text(
     reply = window.chat.messages[-1]
     assert reply.role == "assistant" and reply.text.strip()
     assert len(deltas) >= 2  # streamed
-    stored = window.store.messages(window.conversation_id or -1)[-1]
+    stored = window.store.messages(window.conversation.id or -1)[-1]
     assert stored.content == reply.text and stored.stats
     assert stored.stats["drafted_tokens"] > 0  # fixed γ: every round drafted through text
     accepted = window.stats.findChild(QLabel, "acceptedValue")

@@ -55,7 +55,7 @@ def test_a_worker_killed_mid_reply_keeps_the_reply_and_the_window(
         qtbot.addWidget(window)
         window.show()
         window.load_engine()
-        qtbot.waitUntil(lambda: window.engine_info is not None, timeout=TIMEOUT_MS)
+        qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=TIMEOUT_MS)
         engine = window.worker._engine
         assert engine is not None and isinstance(engine.target, HostedRuntime)
 
@@ -68,11 +68,11 @@ def test_a_worker_killed_mid_reply_keeps_the_reply_and_the_window(
         box = _lost_box(qtbot, window)
 
         assert worker.endpoint in box.text() and "reply so far is kept" in box.text()
-        assert not window.generating
+        assert not window.conversation.streaming
         assert window.send_button.isEnabled() and not window.stop_button.isEnabled()
         assert window.worker._engine is None  # the broken engine is gone
-        assert window.engine_info is None
-        conv = window.conversation_id
+        assert window.conversation.engine_info is None
+        conv = window.conversation.id
         assert conv is not None
         reply = window.store.messages(conv)[-1]
         assert reply.role == "assistant" and reply.content.strip() and not reply.complete
@@ -89,7 +89,7 @@ def test_a_worker_killed_mid_reply_keeps_the_reply_and_the_window(
         local = box.findChild(QPushButton, "continueLocallyButton")
         assert isinstance(local, QPushButton) and local.text() == CONTINUE_LOCALLY
         qtbot.mouseClick(local, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: window.engine_info is not None, timeout=TIMEOUT_MS)
+        qtbot.waitUntil(lambda: window.conversation.engine_info is not None, timeout=TIMEOUT_MS)
 
     # the workers setting is cleared and saved; the model runs here
     assert window.settings.rpc_workers == ()
@@ -98,8 +98,8 @@ def test_a_worker_killed_mid_reply_keeps_the_reply_and_the_window(
     assert engine is not None and not isinstance(engine.target, HostedRuntime)
     window.apply_settings(window.settings.with_(max_tokens=8))
     qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
-    assert window.generating
-    qtbot.waitUntil(lambda: not window.generating, timeout=TIMEOUT_MS)
+    assert window.conversation.streaming
+    qtbot.waitUntil(lambda: not window.conversation.streaming, timeout=TIMEOUT_MS)
     stored = window.store.messages(conv)
     assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
     assert stored[1].content == reply.content  # the partial reply is still there

@@ -11,10 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
 
 from PySide6.QtCore import QObject, Qt
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QFileDialog, QWidget
 
 from gambit.errors import GambitError
 from gambit.fsutil import write_atomic
@@ -25,7 +24,7 @@ from gambit.storage.chat_files.chat_export import (
     read_conversations,
 )
 from gambit.storage.chat_files.chat_import import ImportResult, import_chat_file
-from gambit.ui.window.window_layout import WindowPanes
+from gambit.ui.window.conversation import Conversation, error_text
 from gambit.ui.window.window_widgets import open_message
 from gambit.words import counted
 
@@ -35,23 +34,12 @@ FILTERS: dict[ExportFormat, str] = {"md": "Markdown (*.md)", "json": "JSON (*.js
 IMPORT_FILTER = "Chats (*.json *.jsonl);;All files (*)"
 
 
-class ChatFilesHost(Protocol):
-    """What the commands need of the main window beyond its panes."""
-
-    conversation_id: int | None
-
-    @property
-    def generating(self) -> bool: ...
-
-
 class ChatFiles(QObject):
-    """Export and import for ``window``: its history (``window.store``), its
-    sidebar, its status bar; ``host`` says which conversation is open."""
+    """Export and import of ``conversation``'s history; the dialogs open over ``window``."""
 
-    def __init__(self, window: WindowPanes, host: ChatFilesHost) -> None:
+    def __init__(self, window: QWidget, conversation: Conversation) -> None:
         super().__init__(window)
-        self.window = window
-        self.host = host
+        self.window, self.conversation = window, conversation
 
     # ------------------------------------------------------------------ export
     def ask_export(self, fmt: ExportFormat, everything: bool) -> None:
@@ -59,13 +47,13 @@ class ChatFiles(QObject):
         ids: list[int] | None = None
         title = None
         if not everything:
-            conv_id = self.host.conversation_id
+            conv_id = self.conversation.id
             if conv_id is None:
-                self.window.statusBar().showMessage("There is no conversation to export.", 5000)
+                self.conversation.say("There is no conversation to export.")
                 return
             ids = [conv_id]
             try:
-                title = self.window.store.get(conv_id).title
+                title = self.conversation.store.get(conv_id).title
             except GambitError as exc:
                 open_message(self.window, "The chat was not exported", str(exc))
                 return
@@ -78,7 +66,7 @@ class ChatFiles(QObject):
         """Write the conversations ``ids`` (None: all) to ``path`` as ``fmt``; False
         (and a message) if that failed."""
         try:
-            conversations = read_conversations(self.window.store, ids)
+            conversations = read_conversations(self.conversation.store, ids)
             write_atomic(path, export_text(conversations, fmt))
         except OSError as exc:
             open_message(self.window, "The chats were not exported",
@@ -91,7 +79,7 @@ class ChatFiles(QObject):
             what = f"“{conversations[0][0].title}”"
         else:
             what = counted(len(conversations), "conversation")
-        self.window.statusBar().showMessage(f"Exported {what} to {path}.", 10000)
+        self.conversation.say(f"Exported {what} to {path}.", 10000)
         return True
 
     # ------------------------------------------------------------------ import
@@ -104,33 +92,19 @@ class ChatFiles(QObject):
         """Add the conversations in the file at ``path`` and open the first of
         them; None (and the reason, nothing imported) if the file cannot be."""
         try:
-            result = import_chat_file(self.window.store, path)
+            result = import_chat_file(self.conversation.store, path)
         except Exception as exc:
             self._report("The file was not imported", exc)
             return None
-        self._show_imported(result.ids)
-        self.window.statusBar().showMessage(result.message(), 10000)
+        # Opened as a click would (not during a reply: the chat shows it until it ends).
+        if result.ids and not self.conversation.streaming:
+            self.conversation.open(result.ids[0])
+        else:
+            self.conversation.listed.emit(False)
+        self.conversation.say(result.message(), 10000)
         if result.file.left_out:  # worth more than a line that goes away
             open_message(self.window, "Chats imported", result.message(), warning=True)
         return result
-
-    def _show_imported(self, ids: Sequence[int]) -> None:
-        """List the imported conversations and open the first, as a click would
-        (not during a reply: the chat shows the reply until it ends)."""
-        w = self.window
-        if not self.host.generating and ids:
-            w.search.blockSignals(True)  # (the list is filled just below)
-            w.search.clear()
-            w.search.blockSignals(False)
-        w.list.fill(w.store.list(w.search.text()), self.host.conversation_id)
-        if self.host.generating or not ids:
-            return
-        for row in range(w.list.count()):
-            item = w.list.item(row)
-            if w.list.conversation_id(item) == ids[0]:
-                w.list.setCurrentItem(item)  # the window opens it (currentItemChanged)
-                w.list.scrollToItem(item)
-                break
 
     # ----------------------------------------------------------------- helpers
     def _ask(
@@ -155,10 +129,4 @@ class ChatFiles(QObject):
         dialog.open()
 
     def _report(self, title: str, exc: Exception) -> None:
-        """The reason for a GambitError; a bug's traceback goes to the log."""
-        if isinstance(exc, GambitError):
-            message = str(exc)
-        else:
-            log.error("%s", title, exc_info=exc)
-            message = f"Unexpected error: {exc!r}. The log has the details."
-        open_message(self.window, title, message)
+        open_message(self.window, title, error_text(title, exc))

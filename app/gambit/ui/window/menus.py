@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import html
 import threading
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QUrl, Signal, Slot
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QApplication, QDockWidget, QMessageBox, QWidget
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from gambit import __version__
-from gambit.qt.worker import EngineInfo, EngineWorker
 from gambit.storage.chat_files.chat_export import ExportFormat
 from gambit.storage.paths import log_dir
 from gambit.storage.settings import Settings
 from gambit.ui.window.chat_files import ChatFiles
+from gambit.ui.window.conversation import Conversation
 from gambit.ui.window.docs_window import DocsWindow
 from gambit.ui.window.shortcuts_dialog import ShortcutsDialog, shortcut_rows
 from gambit.ui.window.window_layout import WindowPanes
@@ -75,45 +76,21 @@ class _AboutFetcher(QObject):
         self.ready.emit(lines)
 
 
-class MenuWindow(Protocol):
-    """What the menus act on beyond the window's panes: the main window's
-    toolbar actions, its statistics dock and its engine. (A protocol, so that
-    the menus need not import the window that builds them.)"""
-
-    local_service: LocalService | None  # made by Tools → Local server, once
-    conversation_id: int | None  # the conversation open in the chat
-
-    @property
-    def settings(self) -> Settings: ...
-    @property
-    def engine_info(self) -> EngineInfo | None: ...
-    @property
-    def generating(self) -> bool: ...
-    @property
-    def worker(self) -> EngineWorker: ...
-    @property
-    def stats(self) -> QDockWidget: ...
-    @property
-    def speculation_action(self) -> QAction: ...
-    @property
-    def models_action(self) -> QAction: ...
-    @property
-    def settings_action(self) -> QAction: ...
-
-    def new_conversation(self) -> None: ...
-
-    def apply_settings(self, new: Settings) -> bool: ...
-
-
 class MenuBar(QObject):
-    """Builds the menus onto ``window`` and owns the actions that only they have.
-    ``window`` and ``acts_on`` are the main window twice over: its panes, and
-    what its menu items act on."""
+    """Builds the menus onto ``window`` (its panes and toolbar actions) and owns
+    the actions that only they have; they act on ``conversation``, and
+    ``apply_settings`` saves and uses settings the dialogs chose."""
 
-    def __init__(self, window: WindowPanes, acts_on: MenuWindow) -> None:
+    def __init__(
+        self,
+        window: WindowPanes,
+        conversation: Conversation,
+        apply_settings: Callable[[Settings], bool],
+    ) -> None:
         super().__init__(window)
-        self.window = window
-        self.host = acts_on
+        self.window, self.conversation = window, conversation
+        self.apply_settings = apply_settings
+        self.local_service: LocalService | None = None  # Tools → Local server, once opened
         self._build_actions()
         self._build_menus()
         self._about: _AboutFetcher | None = None
@@ -131,12 +108,12 @@ class MenuBar(QObject):
         return action
 
     def _build_actions(self) -> None:
-        w, h = self.window, self.host
+        w = self.window
         self.new_chat = self._action(
             "&New chat", "newChatAction", "Start a new conversation",
             standard_keys(QKeySequence.StandardKey.New, "Ctrl+N"),
         )  # fmt: skip
-        self.new_chat.triggered.connect(h.new_conversation)
+        self.new_chat.triggered.connect(lambda: self.conversation.new())
         w.new_button.setToolTip(self.new_chat.toolTip())
         self._build_chat_file_actions()
         self.quit = self._action(
@@ -162,7 +139,7 @@ class MenuBar(QObject):
         )  # fmt: skip
         self.find.triggered.connect(self._on_find)
 
-        self.stats = h.stats.toggleViewAction()
+        self.stats = w.stats.toggleViewAction()
         self.stats.setObjectName("statisticsAction")
         self.stats.setText("&Statistics panel")
         self.stats.setIconText("Statistics")
@@ -176,17 +153,17 @@ class MenuBar(QObject):
         self.sidebar.setChecked(True)
         self.sidebar.toggled.connect(self._on_sidebar_toggled)
 
-        h.settings_action.setText("&Settings…")
-        h.settings_action.setShortcuts(
+        w.settings_action.setText("&Settings…")
+        w.settings_action.setShortcuts(
             standard_keys(QKeySequence.StandardKey.Preferences, "Ctrl+,")
         )
-        h.settings_action.setMenuRole(QAction.MenuRole.PreferencesRole)
-        set_tip(h.settings_action, "Models, speculation, sampling and chat settings")
-        h.models_action.setText("&Models…")
-        h.models_action.setShortcut(QKeySequence("Ctrl+Shift+M"))
-        set_tip(h.models_action, "Choose the target and draft models, derive or download them")
-        h.speculation_action.setShortcut(QKeySequence("Ctrl+Shift+P"))
-        set_tip(h.speculation_action, "Speculative decoding on/off (takes effect at once)")
+        w.settings_action.setMenuRole(QAction.MenuRole.PreferencesRole)
+        set_tip(w.settings_action, "Models, speculation, sampling and chat settings")
+        w.models_action.setText("&Models…")
+        w.models_action.setShortcut(QKeySequence("Ctrl+Shift+M"))
+        set_tip(w.models_action, "Choose the target and draft models, derive or download them")
+        w.speculation_action.setShortcut(QKeySequence("Ctrl+Shift+P"))
+        set_tip(w.speculation_action, "Speculative decoding on/off (takes effect at once)")
 
         self.measure = self._action(
             "Measure on my &chats…", "measureAction",
@@ -223,7 +200,7 @@ class MenuBar(QObject):
 
     def _build_chat_file_actions(self) -> None:
         """File → Import chats…, Export chat ▸, Export all chats ▸ (docs/export.md)."""
-        self.chat_files = files = ChatFiles(self.window, self.host)
+        self.chat_files = files = ChatFiles(self.window, self.conversation)
         self.import_chats = self._action(
             "&Import chats…", "importChatsAction",
             "Add the conversations of a JSON file: a Gambit export, or OpenAI-style messages",
@@ -243,7 +220,7 @@ class MenuBar(QObject):
                 self.exports[scope, fmt] = action
 
     def _build_menus(self) -> None:
-        w, h = self.window, self.host
+        w = self.window
         bar = w.menuBar()
         bar.setObjectName("menuBar")
         menus = {}
@@ -272,9 +249,9 @@ class MenuBar(QObject):
         menus["editMenu"].addAction(self.find)
         menus["viewMenu"].addActions([self.stats, self.sidebar])
         tools = menus["toolsMenu"]
-        tools.addAction(h.speculation_action)
+        tools.addAction(w.speculation_action)
         tools.addSeparator()
-        tools.addActions([h.models_action, h.settings_action])
+        tools.addActions([w.models_action, w.settings_action])
         tools.addSeparator()
         tools.addAction(self.measure)
         tools.addAction(self.server)
@@ -325,17 +302,17 @@ class MenuBar(QObject):
         from gambit.qt.served import LocalService
         from gambit.ui.server_dialog import ServerDialog, ServerHost
 
-        w, h = self.window, self.host
-        if h.local_service is None:
-            h.local_service = LocalService(h.worker, lambda: h.engine_info)
+        c = self.conversation
+        if self.local_service is None:
+            self.local_service = LocalService(c.worker, lambda: c.engine_info)
         if self._server is None:
             host = ServerHost(
-                service=h.local_service,
-                settings=lambda: h.settings,
-                apply=h.apply_settings,
-                engine_info=lambda: h.engine_info,
+                service=self.local_service,
+                settings=lambda: c.settings,
+                apply=self.apply_settings,
+                engine_info=lambda: c.engine_info,
             )
-            self._server = ServerDialog(host, w)
+            self._server = ServerDialog(host, self.window)
         self._server.show()
         self._server.raise_()
 
@@ -347,18 +324,18 @@ class MenuBar(QObject):
         from gambit.ui.measure.measure_candidates import library_drafts
         from gambit.ui.measure.measure_dialog import MeasureDialog, MeasureHost
 
-        w, h = self.window, self.host
+        c = self.conversation
         if self._measure is None:
             host = MeasureHost(
-                worker=h.worker,
-                db_path=w.store.path,
-                settings=lambda: h.settings,
-                apply=h.apply_settings,
-                engine_info=lambda: h.engine_info,
-                busy=lambda: h.generating,
-                drafts=lambda: library_drafts(h.settings),
+                worker=c.worker,
+                db_path=c.store.path,
+                settings=lambda: c.settings,
+                apply=self.apply_settings,
+                engine_info=lambda: c.engine_info,
+                busy=lambda: c.streaming,
+                drafts=lambda: library_drafts(c.settings),
             )
-            self._measure = MeasureDialog(host, w)
+            self._measure = MeasureDialog(host, self.window)
             self._measure.setWindowModality(Qt.WindowModality.WindowModal)
         elif not self._measure.running:
             self._measure.refresh_choices()

@@ -7,8 +7,8 @@ messages after it go, after a confirmation) and Continue (the last reply,
 when something other than the model ended it). They act on the message
 right-clicked, or the current one (clicked, or stepped to with Alt+Up and
 Alt+Down), or else the last message they fit. What they change goes through
-the store and the window's replies like typed messages do, so the lookup
-memory of earlier chats and the autosave see them too.
+the open ``Conversation`` as typed messages do, so the lookup memory of
+earlier chats and the autosave see them too.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
 
 from PySide6.QtCore import QObject, Qt, Slot
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QLabel,
+    QMainWindow,
     QMenu,
     QMessageBox,
     QPlainTextEdit,
@@ -31,34 +31,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gambit.qt.worker import EngineInfo
 from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.documents import compose, documents_in, format_size, typed_text
 from gambit.ui.window.chat_view import ChatMessage
+from gambit.ui.window.conversation import Conversation
 from gambit.ui.window.menus import set_tip
-from gambit.ui.window.window_layout import WindowPanes
 from gambit.words import counted
-
-
-class MessageHost(Protocol):
-    """What the actions need of the main window beyond its panes."""
-
-    @property
-    def conversation_id(self) -> int | None: ...
-    @property
-    def generating(self) -> bool: ...
-    @property
-    def engine_info(self) -> EngineInfo | None: ...
-
-    def show_conversation(self, conv_id: int) -> None: ...
-
-    def open_conversation(self, conv_id: int) -> None: ...
-
-    def regenerate(self, reply_id: int | None = None) -> None: ...
-
-    def continue_reply(self) -> None: ...
-
-    def send_edited(self, msg_id: int, content: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -146,11 +124,12 @@ class EditDialog(QDialog):
 
 
 class MessageActions(QObject):
-    """The per-message actions of ``window``'s chat (``host``: what they act through)."""
+    """The per-message actions of ``conversation``'s chat, in ``window``'s menus
+    and keys."""
 
-    def __init__(self, window: WindowPanes, host: MessageHost) -> None:
+    def __init__(self, window: QMainWindow, conversation: Conversation) -> None:
         super().__init__(window)
-        self.window, self.host = window, host
+        self.window, self.conversation, self.chat = window, conversation, conversation.chat
         self.actions: dict[str, QAction] = {}
         for spec in ACTIONS:
             action = QAction(spec.text, window)
@@ -160,7 +139,7 @@ class MessageActions(QObject):
             action.triggered.connect(partial(spec.run, self))
             window.addAction(action)  # (its key works wherever the focus is)
             self.actions[spec.name] = action
-        window.chat.message_menu.connect(self._on_menu)
+        self.chat.message_menu.connect(self._on_menu)
 
     def menu(self, title: str) -> QMenu:
         """The actions as a menu for the menu bar: those on a message, then
@@ -176,15 +155,16 @@ class MessageActions(QObject):
     def update(self, continuable: bool) -> None:
         """Enable what can be done now (the message's own fit is checked when
         used); ``continuable``: the last message is a reply that Continue may go on with."""
-        now = Now(self.host.generating, self.host.engine_info is not None, continuable)
+        c = self.conversation
+        now = Now(c.streaming, c.engine_info is not None, continuable)
         for spec in ACTIONS:
             self.actions[spec.name].setEnabled(spec.enabled(now))
 
     @Slot(QMenu, int)
     def _on_menu(self, menu: QMenu, index: int) -> None:
         """A message's context menu: the actions that fit it."""
-        message = self.window.chat.messages[index]
-        last = index == len(self.window.chat.messages) - 1
+        message = self.chat.messages[index]
+        last = index == len(self.chat.messages) - 1
         menu.addSeparator()
         for spec in ACTIONS:
             action = self.actions[spec.name]
@@ -195,26 +175,15 @@ class MessageActions(QObject):
     # ----------------------------------------------------------- the target
     def _target(self, role: str | None = None) -> ChatMessage | None:
         """The current message if it fits ``role`` (None: any), else the last one that does."""
-        chat = self.window.chat
+        chat = self.chat
         fits = [i for i, m in enumerate(chat.messages) if role is None or m.role == role]
         index = chat.current if chat.current in fits else (fits[-1] if fits else None)
         return None if index is None else chat.messages[index]
 
     def _stored(self, message: ChatMessage | None, what: str) -> list[StoredMessage] | None:
         """The conversation as stored, when ``message`` is in it (else a status line)."""
-        conv_id = self.host.conversation_id
-        if message is None or message.id is None or conv_id is None or self.host.generating:
-            self.window.statusBar().showMessage(f"There is no message to {what} here.", 5000)
-            return None
-        try:
-            stored = self.window.store.messages(conv_id)
-        except Exception as exc:
-            self.window.report(f"The message could not be {_DONE[what]}", exc)
-            return None
-        if all(m.id != message.id for m in stored):  # (gone since it was shown)
-            self.host.show_conversation(conv_id)
-            return None
-        return stored
+        msg_id = message.id if message is not None else None
+        return self.conversation.stored_with(msg_id, what, _DONE[what])
 
     # -------------------------------------------------------------- actions
     @Slot()
@@ -222,19 +191,19 @@ class MessageActions(QObject):
         message = self._target()
         if message is not None:
             QGuiApplication.clipboard().setText(message.text)
-            self.window.chat.last_copied = message.text
-            self.window.statusBar().showMessage("Message copied.", 3000)
+            self.chat.last_copied = message.text
+            self.conversation.say("Message copied.", 3000)
 
     @Slot()
     def edit_message(self) -> None:
         message = self._target("user")
         stored = self._stored(message, "edit")
-        if message is None or stored is None or self.host.engine_info is None:
+        if message is None or stored is None or self.conversation.engine_info is None:
             return
         at = next(i for i, m in enumerate(stored) if m.id == message.id)
         dialog = EditDialog(self.window, stored[at].content, len(stored) - at - 1)
         msg_id = stored[at].id
-        dialog.accepted.connect(lambda: self.host.send_edited(msg_id, dialog.content()))
+        dialog.accepted.connect(lambda: self.conversation.send_edited(msg_id, dialog.content()))
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.setWindowModality(Qt.WindowModality.WindowModal)
         dialog.open()
@@ -244,31 +213,17 @@ class MessageActions(QObject):
         message = self._target()
         if self._stored(message, "branch") is None or message is None or message.id is None:
             return
-        try:
-            conv_id = self.window.store.branch(message.id)
-        except Exception as exc:
-            self.window.report("The conversation could not be branched", exc)
-            return
-        self.host.open_conversation(conv_id)
+        self.conversation.branch(message.id)
 
     @Slot()
     def delete_message(self) -> None:
         message = self._target()
         if self._stored(message, "delete") is None or message is None or message.id is None:
             return
-        msg_id, conv_id = message.id, self.host.conversation_id
-
-        def delete() -> None:
-            try:
-                self.window.store.delete_message(msg_id)
-            except Exception as exc:
-                self.window.report("The message could not be deleted", exc)
-            if conv_id is not None:
-                self.host.show_conversation(conv_id)
-
+        msg_id = message.id
         who = "your message" if message.role == "user" else "this reply"
         confirm(self.window, "Delete message", f"Delete {who}? This cannot be undone.",
-                "Delete", delete)  # fmt: skip
+                "Delete", lambda: self.conversation.delete_message(msg_id))  # fmt: skip
 
     @Slot()
     def regenerate(self) -> None:
@@ -279,12 +234,12 @@ class MessageActions(QObject):
         n_after = len(stored) - 1 - next(i for i, m in enumerate(stored) if m.id == message.id)
         reply_id = message.id
         if not n_after:
-            self.host.regenerate(reply_id)
+            self.conversation.regenerate(reply_id)
             return
         confirm(
             self.window, "Regenerate",
             f"Write this reply again? The {counted(n_after, 'message')} after it will be deleted.",
-            "Regenerate", lambda: self.host.regenerate(reply_id),
+            "Regenerate", lambda: self.conversation.regenerate(reply_id),
         )  # fmt: skip
 
 
@@ -321,16 +276,16 @@ ACTIONS: tuple[MessageAction, ...] = (
     MessageAction(
         "continueAction", "C&ontinue", "Ctrl+Shift+Return",
         "Go on with the last reply where its length limit, Stop or a crash cut it",
-        lambda actions: actions.host.continue_reply(),
+        lambda actions: actions.conversation.continue_reply(),
         lambda now: now.ready and not now.busy and now.continuable,
         lambda m, last: _stored(m) and last, offered_disabled=False,
     ),
     MessageAction(
         "previousMessageAction", "&Previous message", "Alt+Up", "Make the message above current",
-        lambda actions: actions.window.chat.step_message(-1), lambda now: True, None,
+        lambda actions: actions.chat.step_message(-1), lambda now: True, None,
     ),
     MessageAction(
         "nextMessageAction", "&Next message", "Alt+Down", "Make the message below current",
-        lambda actions: actions.window.chat.step_message(1), lambda now: True, None,
+        lambda actions: actions.chat.step_message(1), lambda now: True, None,
     ),
 )  # fmt: skip

@@ -7,23 +7,23 @@ starts from. Either way the row holds what has streamed (autosaved every
 while it may still be continued (``gambit.storage.prompts.continuing``).
 
 Every step from the request to the reply's row either completes or leaves
-the window idle with a message; ``generating`` is set only once the row
-exists and the request is about to go.
+the window idle with a message; ``Conversation.streaming`` is set only once
+the row exists and the request is about to go.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 
 from gambit.engine.text.continuation import KeptTokens
 from gambit.engine.text.reply import GenerationConfig
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
-from gambit.qt.worker import EngineInfo, EngineWorker
-from gambit.storage.chat_store.rows import ConversationSummary, StoredMessage, completion_text
+from gambit.qt.worker import EngineWorker
+from gambit.storage.chat_store.rows import StoredMessage, completion_text
 from gambit.storage.prompts.continuing import KEPT_TOKENS, kept_record, kept_tokens
 from gambit.storage.prompts.history import prompt_messages
 from gambit.storage.reply_stats import CUT_STOPS, ReplyStop
@@ -31,28 +31,14 @@ from gambit.ui.stats.stats_charts import Sample, sample_of
 from gambit.ui.stats.stats_panel import StatsPanel
 from gambit.ui.stats.stored_figures import series_of
 from gambit.ui.window.chat_view import reply_footer
+from gambit.ui.window.conversation import Conversation
 from gambit.ui.window.reply_record import continued_stats, run_lengths, stats_dict
-from gambit.ui.window.window_layout import WindowPanes
 
 log = logging.getLogger(__name__)
 
 # The streaming reply is written to the history this often (and at every stop),
 # so that a crash or a kill loses at most this much of it.
 AUTOSAVE_MS = 1000
-
-
-class ReplyHost(Protocol):
-    """What a reply needs of the main window beyond its panes (a protocol, so
-    that this module need not import the window)."""
-
-    @property
-    def engine_info(self) -> EngineInfo | None: ...
-    @property
-    def conversation_id(self) -> int | None: ...
-    @property
-    def closing(self) -> bool: ...
-
-    def update_buttons(self) -> None: ...
 
 
 @dataclass
@@ -75,20 +61,20 @@ class _Streaming:
 
 
 class ReplyFlow(QObject):
-    """Starts, streams and ends the window's replies on ``worker``."""
+    """Starts, streams and ends the replies ``conversation`` asks for, on ``worker``."""
 
     request_generate = Signal(object, object)  # list[Message], GenerationConfig
     request_complete = Signal(str, object)  # the text to continue, GenerationConfig
     request_continue = Signal(object, object, object)  # list[Message], config, KeptTokens
     ended = Signal()  # a reply is over (written, or why not said)
 
-    def __init__(
-        self, window: WindowPanes, host: ReplyHost, worker: EngineWorker, stats: StatsPanel
-    ) -> None:
-        super().__init__(window)
-        self.window, self.host, self.stats = window, host, stats
+    def __init__(self, conversation: Conversation, worker: EngineWorker, stats: StatsPanel) -> None:
+        super().__init__(conversation)
+        self.conversation, self.chat, self.stats = conversation, conversation.chat, stats
         self.worker = worker
         self._reply: _Streaming | None = None
+        conversation.reply_wanted.connect(self.start)
+        conversation.resume_wanted.connect(self.resume)
         self.request_generate.connect(worker.generate)
         self.request_complete.connect(worker.complete)
         self.request_continue.connect(worker.continue_reply)
@@ -99,25 +85,21 @@ class ReplyFlow(QObject):
         self._autosave.setInterval(AUTOSAVE_MS)
         self._autosave.timeout.connect(self.save_partial)
 
-    @property
-    def generating(self) -> bool:
-        return self._reply is not None
-
     # ------------------------------------------------------------------ start
     def start(self, conv_id: int, config: GenerationConfig) -> None:
         """A reply to conversation ``conv_id`` as stored, in a new row: the next
         chat turn, or in completion mode the text's next part."""
-        store, info = self.window.store, self.host.engine_info
+        store, info = self.conversation.store, self.conversation.engine_info
         try:
             conversation, stored = store.get(conv_id), store.messages(conv_id)
             completion = conversation.completion
-            history = prompt_messages(stored, self._fallback_prompt(conversation))
+            history = prompt_messages(stored, self.conversation.fallback_prompt(conversation))
             msg_id = store.add_message(conv_id, "assistant", "", complete=False)
         except Exception as exc:
-            self.window.report("The reply could not be started", exc)
+            self.conversation.report("The reply could not be started", exc)
             return
         self._reply = _Streaming(msg_id, info.tokenizer if info else "", completion=completion)
-        self.window.chat.begin_reply(msg_id)
+        self.chat.begin_reply(msg_id)
         self._go()
         if completion:
             self.request_complete.emit(completion_text(stored), config)
@@ -126,27 +108,22 @@ class ReplyFlow(QObject):
 
     def resume(self, stored: list[StoredMessage], config: GenerationConfig) -> None:
         """More of ``stored[-1]``, a reply that was cut (``can_continue``), in its row."""
-        cut, info = stored[-1], self.host.engine_info
-        shown = self.window.chat.resume_reply()
+        cut, info = stored[-1], self.conversation.engine_info
+        shown = self.chat.resume_reply()
         if shown is None:
             return
-        history = prompt_messages(
-            stored, self._fallback_prompt(self.window.store.get(cut.conversation_id))
-        )
+        summary = self.conversation.store.get(cut.conversation_id)
+        history = prompt_messages(stored, self.conversation.fallback_prompt(summary))
         tokenizer = info.tokenizer if info else ""
         self._reply = _Streaming(cut.id, tokenizer, shown.text, list(shown.drafted),
                                  dict(cut.stats or {}), saved_text=shown.text)  # fmt: skip
         self._go()
         self.request_continue.emit(history, config, kept_tokens(cut.stats))
 
-    def _fallback_prompt(self, conversation: ConversationSummary) -> str:
-        """The settings' system prompt, for a chat from before presets (one from
-        a preset keeps its own, or none: ``gambit.storage.presets``)."""
-        return "" if conversation.preset else self.window.settings.system_prompt
-
     def _go(self) -> None:
         self.stats.start_reply(continued=self._reply is not None and self._reply.continued)
-        self.host.update_buttons()
+        self.conversation.streaming = True
+        self.conversation.changed.emit()
         self._autosave.start()
 
     @Slot()
@@ -154,7 +131,7 @@ class ReplyFlow(QObject):
         if self._reply is not None:
             self.worker.cancel()
             self.save_partial()
-            self.window.statusBar().showMessage("Stopping…", 2000)
+            self.conversation.say("Stopping…", 2000)
 
     # ------------------------------------------------------------- streaming
     def _kept(self, reply: _Streaming, stop: str, tokens: list[int]) -> dict[str, Any]:
@@ -168,22 +145,22 @@ class ReplyFlow(QObject):
     def save_partial(self, stop: str = ReplyStop.INTERRUPTED) -> None:
         """Write the reply as far as it has streamed, if it grew since the last write."""
         reply = self._reply
-        if reply is None or self.window.chat.streaming is None:
+        if reply is None or self.chat.streaming is None:
             return
         # (held back by even streaming too; a continued reply's start included)
-        text, drafted = self.window.chat.streamed()
+        text, drafted = self.chat.streamed()
         if text == reply.saved_text and stop == ReplyStop.INTERRUPTED:
             return
         stats = {**(reply.base_stats or {}), "stop": stop, "drafted": run_lengths(drafted)}
         stats.update(self._kept(reply, stop, reply.tokens))
         try:
-            self.window.store.update_message(reply.msg_id, text, False, stats)
+            self.conversation.store.update_message(reply.msg_id, text, False, stats)
         except Exception as exc:
             # Not again for this reply (a locked file would stall the window each
             # time); the write at the end tries once more and says if it fails.
             self._autosave.stop()
             log.warning("could not save the streaming reply: %s", exc)
-            self.window.statusBar().showMessage(f"The reply is not being saved: {exc}", 10000)
+            self.conversation.say(f"The reply is not being saved: {exc}", 10000)
             return
         reply.saved_text = text
 
@@ -191,7 +168,7 @@ class ReplyFlow(QObject):
     def _on_delta(self, delta: ReplyDelta) -> None:
         if self._reply is not None:
             self._reply.tokens.extend(delta.tokens)
-        self.window.chat.add_to_reply(delta.text, delta.drafted, delta.round_s)
+        self.chat.add_to_reply(delta.text, delta.drafted, delta.round_s)
         if delta.snapshot is not None:
             self.stats.set_snapshot(delta.snapshot)
             if self._reply is not None:
@@ -205,8 +182,8 @@ class ReplyFlow(QObject):
     @Slot(str, object)
     def _on_failed(self, message: str, partial: ReplyResult | None) -> None:
         self.finish(partial, error=message)
-        if not self.host.closing:
-            self.window.show_error("The reply could not be completed", message)
+        if not self.conversation.closing:
+            self.conversation.show_error("The reply could not be completed", message)
 
     def finish(self, result: ReplyResult | None, error: str | None) -> None:
         """The reply is over (``result``: what came of it, None when nothing
@@ -218,21 +195,19 @@ class ReplyFlow(QObject):
         failure: Exception | None = None
         stats = self._final_stats(reply, result, error)
         if stats is not None:  # (a continuation without a result has none: see _final_stats)
-            if result is None:  # (what the view received: a new reply's only)
-                text = self.window.chat.streamed()[0]
-            else:
-                text = reply.base_text + result.text
+            # (no result: what the view received, a new reply's only)
+            text = self.chat.streamed()[0] if result is None else reply.base_text + result.text
             complete = result is not None and error is None and not result.stopped_early
             try:
-                self.window.store.update_message(reply.msg_id, text, complete, stats)
+                self.conversation.store.update_message(reply.msg_id, text, complete, stats)
             except Exception as exc:
                 failure = exc
         shown = stats if stats is not None else reply.base_stats
         try:
-            streaming = self.window.chat.streaming
+            streaming = self.chat.streaming
             if streaming is not None:  # (selected again later, the panel shows these)
                 streaming.stats = shown
-            self.window.chat.end_reply(reply_footer(shown))  # as it will read when reopened
+            self.chat.end_reply(reply_footer(shown))  # as it will read when reopened
             if result is not None and result.snapshot.n_tokens:
                 self.stats.set_snapshot(result.snapshot)  # every figure from this reply
                 self.stats.reply_id = reply.msg_id
@@ -240,9 +215,11 @@ class ReplyFlow(QObject):
                 self.stats.clear()  # no reply (refused, stopped at once): no figure at all
         finally:  # whatever failed, the window is idle again
             self._reply = None
+            self.conversation.streaming = False
+            self.conversation.changed.emit()
             self.ended.emit()
-        if failure is not None and not self.host.closing:
-            self.window.report("The reply is shown but could not be saved", failure)
+        if failure is not None and not self.conversation.closing:
+            self.conversation.report("The reply is shown but could not be saved", failure)
 
     def _final_stats(
         self, reply: _Streaming, result: ReplyResult | None, error: str | None

@@ -1,13 +1,14 @@
-"""The main window's panes, built: the conversation sidebar, the chat area and
-the status bar. ``MainWindow`` lays them out (with its toolbar) and gives them
-their behaviour; this module only makes the widgets and names them, and
-opens the window's message boxes."""
+"""The main window's panes, built: the conversation sidebar, the chat area,
+the statistics dock, the toolbar and the status bar. ``MainWindow`` lays them
+out and gives them their behaviour; this module only makes the widgets and
+names them, and opens the window's message boxes."""
 
 from __future__ import annotations
 
-import logging
 from typing import Final
 
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -15,13 +16,14 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QProgressBar,
     QPushButton,
+    QToolBar,
     QVBoxLayout,
     QWidget,
 )
 
-from gambit.errors import GambitError
 from gambit.storage.chat_store.conversations import ConversationStore
 from gambit.storage.settings import Settings
+from gambit.ui.stats.stats_panel import StatsPanel
 from gambit.ui.window.chat_view import ChatView
 from gambit.ui.window.window_widgets import (
     AttachmentBar,
@@ -31,16 +33,13 @@ from gambit.ui.window.window_widgets import (
     open_message,
 )
 
-log = logging.getLogger(__name__)
-
-
 # The input box's hint in a chat (gambit.ui.window.writing_mode has completion mode's).
 CHAT_HINT: Final = "Message Gambit — Enter to send, Shift+Enter for a new line"
 
 
 class WindowPanes(QMainWindow):
-    """The widgets of ``MainWindow`` but its toolbar and dock, built from the
-    window's settings (``highlight_drafted``) and history (``in_memory``)."""
+    """The widgets of ``MainWindow``, built from the window's settings
+    (``highlight_drafted``, ``show_stats``) and history (``in_memory``)."""
 
     settings: Settings
     store: ConversationStore
@@ -118,14 +117,27 @@ class WindowPanes(QMainWindow):
                 named(QLabel("⚠ Chats are not being saved"), "historyNotSavedLabel")
             )
 
-    def report(self, title: str, exc: Exception) -> None:
-        """Tell the user about ``exc``; the traceback goes to the log if it is a bug."""
-        if isinstance(exc, GambitError):
-            message = str(exc)
-        else:
-            log.error("%s", title, exc_info=exc)
-            message = f"Unexpected error: {exc!r}. The log has the details."
-        self.show_error(title, message)
+    def _build_stats(self) -> None:
+        self.stats = StatsPanel(self)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.stats)
+        self.resizeDocks([self.stats], [420], Qt.Orientation.Horizontal)
+        self.stats.setVisible(self.settings.show_stats)
+
+    def _build_toolbar(self) -> None:
+        """The toolbar's actions (the menus give them their keys and tips)."""
+        toolbar = named(QToolBar("Main"), "mainToolbar")
+        toolbar.setMovable(False)
+        self.addToolBar(toolbar)
+        self.speculation_action = named(QAction("Speculation", self), "speculationAction")
+        self.speculation_action.setCheckable(True)
+        self.speculation_action.setChecked(self.settings.speculation)
+        self.models_action = named(QAction("Models…", self), "modelsAction")
+        self.settings_action = named(QAction("Settings…", self), "settingsAction")
+        toolbar.addAction(self.speculation_action)
+        toolbar.addAction(self.stats.toggleViewAction())
+        toolbar.addSeparator()
+        toolbar.addAction(self.models_action)
+        toolbar.addAction(self.settings_action)
 
     def show_error(self, title: str, message: str, warning: bool = False) -> None:
         open_message(self, title, message, warning)

@@ -11,6 +11,7 @@ from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
+    QInputDialog,
     QListWidget,
     QListWidgetItem,
     QMenu,
@@ -81,11 +82,15 @@ def list_title(title: str, branched_from: str = "") -> str:
     return f"{title}\n↳ at “{branched_from}”" if branched_from else title
 
 
+_TITLE_ROLE = Qt.ItemDataRole.UserRole + 1  # (the shown text may be elided or marked)
+
+
 class ConversationList(QListWidget):
     """The sidebar's list of conversations; each item carries its conversation's
-    id, and its context menu asks to rename or delete one."""
+    id and title, and its context menu renames (asking the new title) or
+    deletes one."""
 
-    rename_requested = Signal(int)  # conversation id
+    renamed = Signal(int, str)  # conversation id, the title typed
     delete_requested = Signal(int)
 
     def __init__(self) -> None:
@@ -110,6 +115,7 @@ class ConversationList(QListWidget):
         for conv in conversations:
             item = QListWidgetItem(list_title(conv.title, conv.branched_from))
             item.setData(Qt.ItemDataRole.UserRole, conv.id)
+            item.setData(_TITLE_ROLE, conv.title)
             tip = conv.title
             if conv.branched_from:
                 tip += f"\nBranched at: {conv.branched_from}"
@@ -136,7 +142,10 @@ class ConversationList(QListWidget):
         delete = menu.addAction("Delete")
         chosen = menu.exec(self.mapToGlobal(pos))
         if chosen is rename:
-            self.rename_requested.emit(conv_id)
+            old = str(item.data(_TITLE_ROLE))
+            title, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=old)
+            if ok and title.strip():
+                self.renamed.emit(conv_id, title)
         elif chosen is delete:
             self.delete_requested.emit(conv_id)
 
