@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gambit.engine.drafters.base import Option, SourceKind
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.lookup import PromptLookupDrafter
@@ -94,18 +95,19 @@ def test_the_combined_drafter_offers_each_copy_as_is_and_checked(rt_q4_1: ModelR
         rt_q4_1.clear()
         combined = CombinedDrafter(DraftModelDrafter(rt_q4_1), PromptLookupDrafter(), check)
         options = combined.options(context)
-        as_is = [h for h in options if combined.is_free(h)]
-        checked = [h for h in options if combined.is_read(h)]
+        as_is = [o for o in options if o.kind is SourceKind.FREE]
+        checked = [o for o in options if o.kind is SourceKind.READ]
         assert as_is, "lookup should match the repeated stretch"
-        assert [h - combined.CHECKED_HINTS for h in checked] == (
-            [h - combined.LOOKUP_HINTS for h in as_is] if check else []
+        assert [(o.source, o.bucket) for o in checked] == (
+            [(o.source, o.bucket) for o in as_is] if check else []
         )
-        assert 0 in options  # the draft model's own chain
-        assert combined.use(as_is[0]) == "prompt lookup"
+        assert Option("draft model") in options  # the draft model's own chain
+        assert as_is[0].source == "prompt lookup"
+        combined.use(as_is[0])
         draft = combined.draft(context, 8, GREEDY, np.random.default_rng(0))
         assert draft.tokens == copied.tokens and draft.n_synced == 0  # the model read nothing
         if check:
-            assert combined.use(checked[0]) == "prompt lookup"
+            combined.use(checked[0])
             draft = combined.draft(context, 8, GREEDY, np.random.default_rng(0))
             assert draft.tokens == expected.tokens
             assert draft.n_synced == len(context)  # the model read the context with the copy

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gambit.engine.drafters.base import Option, SourceKind
 from gambit.engine.estimates import (
     RETIME_WEIGHT,
     STALE_AFTER,
@@ -16,7 +17,7 @@ from gambit.engine.estimates import (
     chain_speedup,
 )
 from gambit.engine.gamma.controller import GammaController
-from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
+from gambit.engine.gamma.controller_learning import RoundLearning
 from gambit.engine.text.reply import Round
 
 GAMMA_MAX = 8  # these tests' policy drafts at most 8 (the app's default: DEFAULT_GAMMA_MAX)
@@ -406,26 +407,26 @@ def test_draft_cost_counts_only_the_chain() -> None:
     assert ctrl.costs.t_draft == pytest.approx(0.004)
 
 
-def test_each_hint_learns_its_own_acceptance() -> None:
+def test_each_option_learns_its_own_acceptance() -> None:
     # Compute-bound costs, a free drafter (prompt lookup): drafts after short
-    # matches (hint 1) fail, drafts inside long copied stretches (hint 4) land.
+    # matches (bucket 1) fail, drafts inside long copied stretches (bucket 4) land.
     ctrl = controller(costs(slope=0.3))
     for _ in range(30):
-        gamma = ctrl.decide_gamma(hint=1)
+        gamma = ctrl.decide_gamma(Option("prompt lookup", 1))
         if gamma:
             ctrl.observe(spec_round(gamma, 0, 0.0, 0.010 * (1 + 0.3 * gamma)))
         else:
             ctrl.observe(plain_round(0.010))
-    ctrl.decide_gamma(hint=1)  # (off, or one of its probes)
+    ctrl.decide_gamma(Option("prompt lookup", 1))  # (off, or one of its probes)
     assert not ctrl.on
-    # The first round with a new hint is a probe, whatever the budget says ...
-    probe = ctrl.decide_gamma(hint=4)
+    # The first round of a new option is a probe, whatever the budget says ...
+    probe = ctrl.decide_gamma(Option("prompt lookup", 4))
     assert probe == ctrl.probe_gamma > 0
     ctrl.observe(spec_round(probe, probe, 0.0, 0.010 * (1 + 0.3 * probe)))
-    # ... and what it learns switches speculation on for that hint only.
-    assert ctrl.decide_gamma(hint=4) >= 4
+    # ... and what it learns switches speculation on for that option only.
+    assert ctrl.decide_gamma(Option("prompt lookup", 4)) >= 4
     assert ctrl.decision.reason.startswith("on:")
-    ctrl.decide_gamma(hint=1)
+    ctrl.decide_gamma(Option("prompt lookup", 1))
     assert not ctrl.on
     assert ctrl.acceptance.alpha[0] < 0.5
 

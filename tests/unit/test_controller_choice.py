@@ -2,26 +2,26 @@
 
 The costs are a CPU's: verifying k tokens costs 1 + 0.2 (k - 1) plain steps,
 a draft-model step 0.3 of one, and reading a token the draft model skipped
-0.05 of one. Hint 0 is the draft model's; hints 101-104 are lookup's buckets
-(``CombinedDrafter``): lookup drafts cost no draft step, only that catch-up;
-hints 201-204 the same copies checked by the draft model, which reads each
-in one batch.
+0.05 of one. ``MODEL`` is the draft model's option; lookup's buckets are
+priced ``FREE`` (``CombinedDrafter``): lookup drafts cost no draft step, only
+that catch-up; the same copies checked by the draft model are priced
+``READ``: it reads each in one batch.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from gambit.engine.drafters.combined import CombinedDrafter
+from gambit.engine.drafters.base import Option, SourceKind
 from gambit.engine.estimates import CostModel
 from gambit.engine.gamma.controller import GammaController
 from gambit.engine.text.reply import Round
 
 GAMMA_MAX = 8
-MODEL = 0
-LONG_MATCH = CombinedDrafter.LOOKUP_HINTS + 4
-SHORT_MATCH = CombinedDrafter.LOOKUP_HINTS + 1
-LONG_CHECKED = CombinedDrafter.CHECKED_HINTS + 4
+MODEL = Option("draft model")
+LONG_MATCH = Option("prompt lookup", 4, SourceKind.FREE)
+SHORT_MATCH = Option("prompt lookup", 1, SourceKind.FREE)
+LONG_CHECKED = Option("prompt lookup", 4, SourceKind.READ)
 T1 = 0.010
 
 
@@ -40,14 +40,13 @@ def controller(mode: str = "adaptive") -> GammaController:
         mode=mode,  # type: ignore[arg-type]
         gamma_max=GAMMA_MAX,
         fixed_gamma=4,
-        free_hint=lambda hint: CombinedDrafter.LOOKUP_HINTS <= hint < CombinedDrafter.CHECKED_HINTS,
-        read_hint=lambda hint: hint >= CombinedDrafter.CHECKED_HINTS,
+        option=MODEL,
     )
 
 
-def learned(ctrl: GammaController, hint: int, alpha: float) -> None:
-    """As if ``hint``'s rounds had shown acceptance ``alpha`` many times."""
-    ctrl.decide_gamma(hint)
+def learned(ctrl: GammaController, option: Option, alpha: float) -> None:
+    """As if ``option``'s rounds had shown acceptance ``alpha`` many times."""
+    ctrl.decide_gamma(option)
     ctrl.acceptance.alpha[:] = alpha
     ctrl.acceptance.seen[:] = 20
     ctrl.on = True
@@ -123,8 +122,8 @@ def test_a_copy_that_landed_whole_once_is_chosen_again() -> None:
     learned(ctrl, MODEL, 0.95)
     gamma = ctrl.decide_gamma(LONG_MATCH)
     ctrl.observe(spec_round(gamma, gamma, 0.00001))
-    copy = ctrl.pricing.best(ctrl.learning.acceptance(LONG_MATCH), ctrl._kind(LONG_MATCH))[2]
-    chain = ctrl.pricing.best(ctrl.learning.acceptance(MODEL), ctrl._kind(MODEL))[2]
+    copy = ctrl.pricing.best(ctrl.learning.acceptance(LONG_MATCH), LONG_MATCH.kind)[2]
+    chain = ctrl.pricing.best(ctrl.learning.acceptance(MODEL), MODEL.kind)[2]
     assert copy < chain  # (by the estimates alone, the chain)
     assert ctrl.choose((MODEL, LONG_MATCH)) == LONG_MATCH
 

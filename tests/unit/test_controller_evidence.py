@@ -14,18 +14,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gambit.engine.drafters.combined import CombinedDrafter
+from gambit.engine.drafters.base import Option, SourceKind
 from gambit.engine.estimates import CostModel
 from gambit.engine.gamma.controller import GammaController
-from gambit.engine.gamma.controller_learning import SourceKind
 from gambit.engine.text.reply import Round
 
 GAMMA_MAX = 16
 T1 = 0.110
 SLOPE = 0.07
 DRAFT = 0.11
-MODEL = 0
-LONG_MATCH = CombinedDrafter.LOOKUP_HINTS + 4
+MODEL = Option("draft model")
+LONG_MATCH = Option("prompt lookup", 4, SourceKind.FREE)
 
 
 def pair_costs() -> CostModel:
@@ -43,7 +42,7 @@ def new_controller() -> GammaController:
     ctrl = GammaController(
         pair_costs(),
         gamma_max=GAMMA_MAX,
-        free_hint=lambda hint: CombinedDrafter.LOOKUP_HINTS <= hint < CombinedDrafter.CHECKED_HINTS,
+        option=MODEL,
     )
     ctrl.start_reply(60)
     assert ctrl.decide_reading(60, 160)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from gambit.engine.drafters.base import Option, SourceKind
 from gambit.engine.estimates import CostModel
-from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
+from gambit.engine.gamma.controller_learning import RoundLearning
 from gambit.engine.text.reply import Round, StopReason
 
 T1 = 0.010
@@ -22,6 +23,11 @@ def cpu_costs() -> CostModel:
     c.t_draft = 0.3 * T1
     c.catch_up_ratio = 0.05
     return c
+
+
+def opt(bucket: int, kind: SourceKind = SourceKind.MODEL) -> Option:
+    """An option of a source priced as ``kind`` (its name does not matter here)."""
+    return Option("source", bucket, kind)
 
 
 def learning() -> RoundLearning:
@@ -39,15 +45,15 @@ def a_round(
     )  # fmt: skip
 
 
-def test_each_hint_learns_only_from_its_own_rounds() -> None:
+def test_each_option_learns_only_from_its_own_rounds() -> None:
     learned = learning()
-    prior = learned.acceptance(3).estimate().copy()
+    prior = learned.acceptance(opt(3)).estimate().copy()
     for _ in range(10):
-        learned.observe(a_round(4, 0, 4 * 0.3 * T1), hint=5, kind=SourceKind.MODEL)
-    assert learned.acceptance(5).estimate()[0] < 0.2
-    assert learned.acceptance(3).estimate() == pytest.approx(prior)
-    assert learned.acceptance(5).seen[0] == 10
-    assert not learned.acceptance(3).seen.any()
+        learned.observe(a_round(4, 0, 4 * 0.3 * T1), opt(5, SourceKind.MODEL))
+    assert learned.acceptance(opt(5)).estimate()[0] < 0.2
+    assert learned.acceptance(opt(3)).estimate() == pytest.approx(prior)
+    assert learned.acceptance(opt(5)).seen[0] == 10
+    assert not learned.acceptance(opt(3)).seen.any()
 
 
 def test_a_model_round_times_draft_steps_and_leaves_the_model_in_step() -> None:
@@ -55,7 +61,7 @@ def test_a_model_round_times_draft_steps_and_leaves_the_model_in_step() -> None:
     learned.start_reply(n_context=40)
     assert learned.behind == 40
     for _ in range(40):
-        learned.observe(a_round(4, 4, 4 * 0.5 * T1), hint=0, kind=SourceKind.MODEL)
+        learned.observe(a_round(4, 4, 4 * 0.5 * T1), opt(0, SourceKind.MODEL))
     assert learned.costs.draft_ratio == pytest.approx(0.5, rel=0.05)
     assert learned.behind == 0  # it drafted: it has read all but the round's own tokens
 
@@ -64,17 +70,17 @@ def test_a_free_round_costs_no_draft_step_and_leaves_the_model_behind() -> None:
     learned = learning()
     learned.start_reply(n_context=0)
     for _ in range(3):
-        learned.observe(a_round(6, 5, 0.0001), hint=104, kind=SourceKind.FREE)
+        learned.observe(a_round(6, 5, 0.0001), opt(4, SourceKind.FREE))
     assert learned.costs.draft_ratio == pytest.approx(0.3)
     assert learned.costs.read_ratio == 0.0
     assert learned.behind == 3 * 6  # the draft model reads the copies later
-    assert learned.acceptance(104).seen[0] == 3
+    assert learned.acceptance(opt(4, SourceKind.FREE)).seen[0] == 3
 
 
 def test_a_checked_copy_is_timed_per_token_read_not_per_draft_step() -> None:
     learned = learning()
     for _ in range(40):
-        learned.observe(a_round(8, 8, 8 * 0.1 * T1), hint=204, kind=SourceKind.READ)
+        learned.observe(a_round(8, 8, 8 * 0.1 * T1), opt(4, SourceKind.READ))
     assert learned.costs.read_ratio == pytest.approx(0.1, rel=0.05)
     assert learned.costs.draft_ratio == pytest.approx(0.3)
     assert learned.behind == 0  # the model read the copy
@@ -84,8 +90,8 @@ def test_plain_rounds_leave_acceptance_alone_and_count_toward_the_lag() -> None:
     learned = learning()
     learned.start_reply(n_context=0)
     for _ in range(5):
-        learned.observe(a_round(0, 0), hint=0, kind=SourceKind.MODEL)
-    assert not learned.acceptance(0).seen.any()
+        learned.observe(a_round(0, 0), opt(0, SourceKind.MODEL))
+    assert not learned.acceptance(opt(0)).seen.any()
     assert learned.behind == 5
 
 
@@ -109,7 +115,7 @@ def test_reply_length_is_a_running_mean_of_replies_that_ended() -> None:
         learned.start_reply(n_context=10)
         for i in range(n_rounds):
             last = i == n_rounds - 1
-            learned.observe(a_round(3, 3, stop=stop if last else None), 0, SourceKind.MODEL)
+            learned.observe(a_round(3, 3, stop=stop if last else None), opt(0))
 
     reply(10, StopReason.EOG)  # 40 tokens
     assert learned.expected_reply_length() == 40
@@ -130,5 +136,5 @@ def test_side_gain_is_a_running_mean_per_side_node() -> None:
         t_draft_s=0.001, t_verify_s=0.02, elapsed_s=0.0,
     )  # fmt: skip
     for _ in range(60):
-        learned.observe(tree, hint=0, kind=SourceKind.MODEL)
+        learned.observe(tree, opt(0, SourceKind.MODEL))
     assert learned.side_gain == pytest.approx(0.5, abs=0.01)  # 1 token per 2 side nodes

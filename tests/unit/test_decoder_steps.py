@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gambit.engine.decoder import SpeculativeDecoder
-from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
+from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Option
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import FloatRows
@@ -96,17 +96,21 @@ class ScriptedDrafter:
 
     name = "scripted"
 
-    def __init__(self, target: BigramTarget, wrong_at: int | None = None, hint: int = 0) -> None:
+    through_text = copies_text = False
+    steps_per_token = 1.0
+    draft_model = None
+
+    def __init__(self, target: BigramTarget, wrong_at: int | None = None, bucket: int = 0) -> None:
         self.target = target
         self.wrong_at = wrong_at
-        self._hint: int | None = hint
+        self._option: Option | None = Option(self.name, bucket)
         self.asked: list[int] = []
 
-    def hint(self, context: list[int]) -> int | None:
-        return self._hint
+    def option(self, context: list[int]) -> Option | None:
+        return self._option
 
-    def source(self, hint: int) -> str:
-        return self.name
+    def set_history(self, history: object) -> None:
+        pass
 
     def draft(
         self, context: list[int], n_max: int, sampling: SamplingParams, rng: np.random.Generator
@@ -135,11 +139,11 @@ class ScriptedDrafter:
 class RecordingPolicy(FixedGamma):
     def __init__(self, gamma: int) -> None:
         super().__init__(gamma)
-        self.hints: list[int] = []
+        self.options: list[Option | None] = []
         self.observed: list[Round] = []
 
-    def decide_gamma(self, hint: int = 0) -> int:
-        self.hints.append(hint)
+    def decide_gamma(self, option: Option | None = None) -> int:
+        self.options.append(option)
         return self.gamma
 
     def observe(self, rnd: Round) -> None:
@@ -244,19 +248,19 @@ def test_cancel_between_rounds() -> None:
     assert len(tokens_of(rounds)) == 9
 
 
-def test_the_drafters_hint_reaches_the_policy_and_none_skips_it() -> None:
+def test_the_drafters_option_reaches_the_policy_and_none_skips_it() -> None:
     target = BigramTarget(cycle_table(CYCLE))
     policy = RecordingPolicy(3)
-    run(SpeculativeDecoder(target, ScriptedDrafter(target, hint=4), policy), [1], max_tokens=8)
-    assert policy.hints and set(policy.hints) == {4}
+    run(SpeculativeDecoder(target, ScriptedDrafter(target, bucket=4), policy), [1], max_tokens=8)
+    assert policy.options and set(policy.options) == {Option("scripted", 4)}
     assert all(r.n_drafted for r in policy.observed[:-1])
 
     target.kv_tokens.clear()
     silent = RecordingPolicy(3)
-    drafter = ScriptedDrafter(target, hint=0)
-    drafter._hint = None  # nothing to propose: plain rounds, the policy not asked
+    drafter = ScriptedDrafter(target)
+    drafter._option = None  # nothing to propose: plain rounds, the policy not asked
     rounds = run(SpeculativeDecoder(target, drafter, silent), [1], max_tokens=8)
-    assert silent.hints == [] and drafter.asked == []
+    assert silent.options == [] and drafter.asked == []
     assert [r.n_drafted for r in rounds] == [0] * 8
     assert len(silent.observed) == 8  # every round is still observed (costs, t1)
 

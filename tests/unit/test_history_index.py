@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gambit.engine.drafters.base import Option
 from gambit.engine.drafters.history import (
     AGREEMENT_MAX,
     BYTES_PER_TOKEN,
@@ -222,13 +223,12 @@ def test_lookup_copies_from_the_history_where_the_conversation_has_no_match() ->
     history.add(1, [40, 41, 42, 43, 44, 45, 46, 47])
     lookup = PromptLookupDrafter()
     context = [1, 2, 3, 41, 42, 43, 44]
-    assert lookup.hint(context) is None  # the conversation alone: nothing
+    assert lookup.option(context) is None  # the conversation alone: nothing
     lookup.set_history(history)
-    assert lookup.hint(context) == PromptLookupDrafter.HISTORY_HINTS + 1  # 4 tokens agree
+    assert lookup.option(context) == Option("earlier chats", 1)  # 4 tokens agree
     assert draft(lookup, context, 3) == (45, 46, 47)
-    assert lookup.source(lookup.hint(context) or 0) == "earlier chats"
     lookup.set_history(None)
-    assert lookup.hint(context) is None and draft(lookup, context, 3) == ()
+    assert lookup.option(context) is None and draft(lookup, context, 3) == ()
 
 
 def test_the_conversations_match_wins_unless_the_history_agrees_further_back() -> None:
@@ -238,37 +238,36 @@ def test_the_conversations_match_wins_unless_the_history_agrees_further_back() -
     # In the conversation, (3, 4) was followed by 60; it agrees 2 tokens back,
     # the history 4 (1 2 3 4) or 7 (9 8 7 1 2 3 4).
     assert draft(lookup, [3, 4, 60, 1, 2, 3, 4], 2) == (50, 51)
-    assert lookup.source(lookup.hint([3, 4, 60, 1, 2, 3, 4]) or 0) == "earlier chats"
+    assert lookup.option([3, 4, 60, 1, 2, 3, 4]) == Option("earlier chats", 1)
     # The conversation's own copy agrees as far back: it wins.
     context = [9, 8, 7, 1, 2, 3, 4, 61, 9, 8, 7, 1, 2, 3, 4]
     assert draft(lookup, context, 1) == (61,)
-    assert lookup.hint(context) == 3 and lookup.source(3) == "prompt lookup"
+    assert lookup.option(context) == Option("prompt lookup", 3)
 
 
-def test_history_hints_say_how_far_the_match_agrees() -> None:
+def test_history_buckets_say_how_far_the_match_agrees() -> None:
     doc = list(range(100, 140))
     history = HistoryIndex()
     history.add(1, doc)
     lookup = PromptLookupDrafter(history=history)
-    base = PromptLookupDrafter.HISTORY_HINTS
-    assert lookup.hint([0, *doc[:5]]) == base + 1
-    assert lookup.hint([0, *doc[:9]]) == base + 2
-    assert lookup.hint([0, *doc[:20]]) == base + 3
+    assert lookup.option([0, *doc[:5]]) == Option("earlier chats", 1)
+    assert lookup.option([0, *doc[:9]]) == Option("earlier chats", 2)
+    assert lookup.option([0, *doc[:20]]) == Option("earlier chats", 3)
     assert HistoryMatch(AGREEMENT_MAX, 21) == history.match([0, *doc[:21]])
 
 
 def test_both_sources_are_offered_and_the_selected_one_drafts() -> None:
     # For a policy that chooses (draft model + lookup): the conversation's
-    # match and the history's, each with its own hint, the preferred first.
+    # match and the history's, each its own option, the preferred first.
     history = HistoryIndex()
     history.add(1, [9, 8, 7, 1, 2, 3, 4, 50, 51])
     lookup = PromptLookupDrafter(history=history)
     context = [3, 4, 60, 1, 2, 3, 4]  # conversation: (3, 4) -> 60; history: 1 2 3 4 -> 50
-    base = PromptLookupDrafter.HISTORY_HINTS
-    assert lookup.sources(context) == (base + 1, 1)
-    lookup.select(1)
+    history_copy, own_copy = Option("earlier chats", 1), Option("prompt lookup", 1)
+    assert lookup.sources(context) == (history_copy, own_copy)
+    lookup.select(own_copy)
     assert draft(lookup, context, 2) == (60, 1)
-    lookup.select(base + 1)
+    lookup.select(history_copy)
     assert draft(lookup, context, 2) == (50, 51)
     lookup.set_history(None)
-    assert lookup.sources(context) == (1,)
+    assert lookup.sources(context) == (own_copy,)

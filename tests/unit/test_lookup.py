@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gambit.engine.drafters.base import Draft
+from gambit.engine.drafters.base import Draft, Option
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.verification.sampling import SamplingParams
 
@@ -208,15 +208,15 @@ def test_by_default_one_matching_token_is_not_enough() -> None:
     assert list(draft(PromptLookupDrafter(), [1, 2, 3, 1, 2], 4).tokens) == [3, 1, 2]
 
 
-def test_hint_buckets_the_length_of_the_copied_stretch() -> None:
+def test_options_bucket_the_length_of_the_copied_stretch() -> None:
     lookup = PromptLookupDrafter()
     source = list(range(100, 120))
-    assert lookup.hint([1, 2, 3, 4]) is None  # nothing to copy from
-    assert lookup.hint([*source, 5, 6, 107, 108]) == 1  # 2 tokens agree
-    assert lookup.hint([*source, 5, 106, 107, 108]) == 2  # 3
-    assert lookup.hint([*source, 5, *source[2:8]]) == 3  # 6
-    assert lookup.hint([*source, 5, *source[:12]]) == 4  # 12
-    assert lookup.hint([*source, 5, *source[:18]]) == 5  # 18, counted up to 16
+    assert lookup.option([1, 2, 3, 4]) is None  # nothing to copy from
+    assert lookup.option([*source, 5, 6, 107, 108]) == Option("prompt lookup", 1)  # 2 tokens agree
+    assert lookup.option([*source, 5, 106, 107, 108]) == Option("prompt lookup", 2)  # 3
+    assert lookup.option([*source, 5, *source[2:8]]) == Option("prompt lookup", 3)  # 6
+    assert lookup.option([*source, 5, *source[:12]]) == Option("prompt lookup", 4)  # 12
+    assert lookup.option([*source, 5, *source[:18]]) == Option("prompt lookup", 5)  # 18: 16+
 
 
 def test_the_match_agreeing_furthest_back_is_copied() -> None:

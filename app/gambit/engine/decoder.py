@@ -353,17 +353,16 @@ class SpeculativeDecoder:
         if reply.choosing:
             choosing = cast(ChoosingDrafter, drafter)
             options = choosing.options(reply.context)
-            hint: int | None = self.policy.choose(options) if options else None
-            if hint is not None:
-                reply.source = choosing.use(hint)
+            option = self.policy.choose(options) if options else None
+            if option is not None:
+                choosing.use(option)
         else:
-            hint = drafter.hint(reply.context)
-            if hint is not None:
-                reply.source = drafter.source(hint)
-        if hint is None:  # nothing to propose: a plain round
+            option = drafter.option(reply.context)
+        if option is None:  # nothing to propose: a plain round
             return 0, 0
+        reply.source = option.source
         remaining = max_tokens - reply.n_generated
-        gamma = max(0, min(self.policy.decide_gamma(hint), remaining - 1, room))
+        gamma = max(0, min(self.policy.decide_gamma(option), remaining - 1, room))
         if gamma == 0 or not trees:
             return gamma, 0
         n_side = min(

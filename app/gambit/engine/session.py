@@ -16,17 +16,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.draft_candidates import DraftCandidates
-from gambit.engine.drafters.base import ChoosingDrafter, Drafter
+from gambit.engine.drafters.base import Drafter, Option
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.registry import (
     TREE_DRAFTERS,
     BuildInput,
     DrafterKind,
-    copies_text,
-    draft_model_of,
-    draft_steps_per_token,
-    drafts_through_text,
-    set_drafter_history,
     spec,
 )
 from gambit.engine.estimates import CostModel
@@ -35,6 +30,7 @@ from gambit.engine.gamma.calibration import CALIBRATION_FILLER, CostStore, calib
 
 # Public through this module: the policies Engine.new_controller makes, which
 # callers hold (one per mode in the bench) and hand back to use_controller.
+from gambit.engine.gamma.controller import UNNAMED
 from gambit.engine.gamma.controller import GammaController as GammaController
 from gambit.engine.gamma.metrics import (
     GenerationStats,
@@ -215,7 +211,7 @@ class Engine:
     @property
     def drafts_through_text(self) -> bool:
         """Whether the draft model drafts through text (its tokenizer is not the target's)."""
-        return drafts_through_text(self.drafter)
+        return self.drafter is not None and self.drafter.through_text
 
     @property
     def drafter_detail(self) -> str | None:
@@ -274,7 +270,7 @@ class Engine:
         if draft is not None and not self._is_loaded_draft(draft):
             drafter, runtime = self.candidates.drafter(draft), self.candidates.runtime(draft)
         costs = calibrate(self.target, runtime, k_max, context=context, step=step)
-        costs.draft_ratio *= draft_steps_per_token(drafter)
+        costs.draft_ratio *= drafter.steps_per_token if drafter is not None else 1.0
         return costs
 
     @property
@@ -346,7 +342,6 @@ class Engine:
         own = costs.copy()
         if spec(kind).free:
             own.t_draft = 0.0  # (prompt lookup: a dictionary look-up next to a decode)
-        choosing = drafter if isinstance(drafter, ChoosingDrafter) else None
         return GammaController(
             own,
             mode=mode,
@@ -355,8 +350,7 @@ class Engine:
             side_max=self.config.tree_nodes - 1 if tree else 0,
             fixed_side=fixed_side,
             node_max=node_max,
-            free_hint=choosing.is_free if choosing is not None else None,
-            read_hint=choosing.is_read if choosing is not None else None,
+            option=Option((drafter.draft_model or drafter).name) if drafter else UNNAMED,
             threads=self.target.n_threads,
             stored_costs=self._stored_costs,
         )
@@ -415,7 +409,7 @@ class Engine:
             given = BuildInput(self.target, None, None, self.config.lookup_ngram_max)
             chosen = kind.build(given).drafter
         elif drafter == "draft":  # (out of draft model + lookup: the model alone)
-            chosen = draft_model_of(self.drafter) or self.drafter
+            chosen = (self.drafter.draft_model if self.drafter else None) or self.drafter
         else:
             chosen = self.drafter
         cfg = self.config
@@ -447,12 +441,13 @@ class Engine:
     def copies_text(self) -> bool:
         """Whether the drafter copies text (prompt lookup), so that a memory
         of earlier conversations (``set_history``) can help it."""
-        return copies_text(self.drafter)
+        return self.drafter is not None and self.drafter.copies_text
 
     def set_history(self, history: HistoryIndex | None) -> None:
         """Let prompt lookup copy from ``history`` too, from the next round
         (None: from the current conversation only)."""
-        set_drafter_history(self.drafter, history)
+        if self.drafter is not None:
+            self.drafter.set_history(history)
 
     @property
     def tokenizer_fingerprint(self) -> str:

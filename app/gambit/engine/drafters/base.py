@@ -1,15 +1,47 @@
-"""The drafter protocol: propose up to n tokens that continue a context."""
+"""The drafter protocol: propose up to n tokens that continue a context.
+
+A drafter says what it can do (its traits: ``draft_model``, ``through_text``,
+``steps_per_token``, ``copies_text``, ``set_history``; ``TreeDrafter`` and
+``ChoosingDrafter`` for trees and several sources), and each round it offers
+the policy an ``Option``: which of its sources would draft, in which bucket
+of rounds, paid for how. Code outside ``engine/drafters/`` asks these, never
+a drafter's class, so a new drafter is its module and a registry entry.
+"""
 
 from __future__ import annotations
 
+import enum
 import threading
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.verification.sampling import Distribution, SamplingParams
 from gambit.engine.verification.tree import DraftTree
+
+
+class SourceKind(enum.Enum):
+    """How a drafter source's drafts are paid for: what a round costs and what
+    its timings measure."""
+
+    MODEL = "model"  # the draft model's steps, one per draft token
+    FREE = "free"  # nothing now (prompt lookup); the draft model reads them later
+    READ = "read"  # the draft model reads them in one batch (a copy it checks)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One way to draft the coming round, as a drafter offers it: the source
+    that drafts it (the round's ``drafted_by``), the bucket of that source's
+    rounds it falls in (prompt lookup's match lengths; 0 for a source without
+    such a signal), and how its drafts are paid for. Rounds of one option
+    share what the policy learns of their acceptance."""
+
+    source: str
+    bucket: int = 0
+    kind: SourceKind = SourceKind.MODEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +68,35 @@ EMPTY_DRAFT = Draft(())
 class Drafter(Protocol):
     name: str  # shown to users: "draft model", "prompt lookup"
 
+    # Its traits (what the session, the registry and the policy ask of it):
+    @property
+    def through_text(self) -> bool:
+        """Whether it drafts through text, in another tokenizer's tokens."""
+        ...
+
+    @property
+    def copies_text(self) -> bool:
+        """Whether it copies text (prompt lookup): earlier chats help it."""
+        ...
+
+    @property
+    def steps_per_token(self) -> float:
+        """Draft-model steps per target token: 1 in the target's vocabulary
+        (and for a drafter without a model), the ratio of the two tokenizers'
+        token counts through text, measured as it drafts."""
+        ...
+
+    @property
+    def draft_model(self) -> Drafter | None:
+        """Its draft model part (itself, or a combined drafter's model); None
+        for a drafter without one (prompt lookup)."""
+        ...
+
+    def set_history(self, history: HistoryIndex | None) -> None:
+        """Copy from ``history`` too (None: from the conversation only); a
+        drafter that does not copy text ignores it."""
+        ...
+
     def draft(
         self,
         context: list[int],
@@ -50,19 +111,13 @@ class Drafter(Protocol):
         """
         ...
 
-    def hint(self, context: list[int]) -> int | None:
-        """A cheap signal of how likely the next draft is to land, before
-        drafting it: rounds with the same hint share acceptance estimates, so
-        the policy can draft long where the drafter is sure and not at all
-        where it guesses. ``None``: the drafter has nothing to propose now (the
-        round decodes plainly without asking the policy). Drafters without
-        such a signal return 0."""
-        ...
-
-    def source(self, hint: int) -> str:
-        """What drafts a round with ``hint`` (a round's ``drafted_by``): the
-        drafter's ``name``, or the part of it that drafts such rounds (prompt
-        lookup copying from the user's earlier chats)."""
+    def option(self, context: list[int]) -> Option | None:
+        """The coming round's option, a cheap signal of how likely its draft is
+        to land, before drafting it: rounds of the same option share acceptance
+        estimates, so the policy can draft long where the drafter is sure and
+        not at all where it guesses. ``None``: the drafter has nothing to
+        propose now (the round decodes plainly without asking the policy).
+        Drafters without such a signal offer bucket 0."""
         ...
 
     def prepare(self, context: list[int]) -> None:
@@ -108,25 +163,17 @@ class TreeDrafter(Drafter, Protocol):
 @runtime_checkable
 class ChoosingDrafter(Drafter, Protocol):
     """A drafter with several sources (a draft model and prompt lookup): each
-    round it offers the policy one hint per source it could draft from, and
-    drafts from the source of the hint the policy chose."""
+    round it offers the policy an option per source it could draft from, and
+    drafts from the option the policy chose. An option's ``kind`` says how it
+    is priced: ``FREE`` (a copy: no decode now, the draft model reads it
+    later), ``READ`` (a copy the draft model reads in one batch and checks
+    before it is sent) or ``MODEL`` (draft steps)."""
 
-    def options(self, context: list[int]) -> tuple[int, ...]:
-        """A hint per source that can propose a draft now (``Drafter.hint``),
-        the source to prefer when nothing else decides first; () for none."""
+    def options(self, context: list[int]) -> tuple[Option, ...]:
+        """An option per source that can propose a draft now (``Drafter.option``),
+        the one to prefer when nothing else decides first; () for none."""
         ...
 
-    def use(self, hint: int) -> str:
-        """Draft the coming round from the source of ``hint``; its name."""
-        ...
-
-    def is_free(self, hint: int) -> bool:
-        """Whether drafting from ``hint``'s source costs no decode (prompt
-        lookup): the policy prices such rounds by what follows them instead."""
-        ...
-
-    def is_read(self, hint: int) -> bool:
-        """Whether ``hint``'s drafts are read by a draft model in one batch
-        before they are sent (a lookup copy it checks): the policy prices
-        such rounds at that reading, not at draft steps."""
+    def use(self, option: Option) -> None:
+        """Draft the coming round as ``option`` (one of ``options``') says."""
         ...

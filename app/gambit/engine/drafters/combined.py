@@ -27,10 +27,11 @@ first decodes the committed tokens it has not seen (``DraftModelDrafter``).
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import numpy as np
 
-from gambit.engine.drafters.base import Draft
+from gambit.engine.drafters.base import Draft, Option, SourceKind
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
@@ -39,19 +40,19 @@ from gambit.engine.verification.sampling import SamplingParams
 
 
 class CombinedDrafter:
-    """``ChoosingDrafter`` over a draft model (hint 0) and prompt lookup
-    (hints ``LOOKUP_HINTS`` + its hint: 1-5 by match length in the context,
-    6-8 copied from the history; ``CHECKED_HINTS`` + its hint: the same copy
-    checked by the draft model). Where both the conversation and the history
-    have a match, both are offered: the policy learns each apart."""
+    """``ChoosingDrafter`` over a draft model (its ``MODEL`` option) and prompt
+    lookup (lookup's options, by source and match length, priced ``FREE``; the
+    same copies checked by the draft model, priced ``READ``). Where both the
+    conversation and the history have a match, both are offered: the policy
+    learns each apart."""
 
     name = "draft model + lookup"
-    LOOKUP_HINTS = 100
-    CHECKED_HINTS = 200
     # Without measurements to choose by (a fixed policy): lookup from a match
     # this long, in lookup's buckets (3: a copied stretch of 4-7 tokens).
     # Measured on the F16 target: after 8 or more, 6.5-7 of 8 drafts landed.
     LOOKUP_FIRST_FROM = 3
+    # Traits (``Drafter``): it copies text; its draft model sets the rest.
+    copies_text = True
 
     def __init__(
         self,
@@ -64,55 +65,49 @@ class CombinedDrafter:
         # Lookup's copies may also be offered checked by the draft model
         # before the target verifies them (DraftModelDrafter.draft_checked,
         # which needs the target's vocabulary); False: only as copied.
-        if check_copies and not isinstance(model, DraftModelDrafter):
+        if check_copies and model.through_text:
             raise ValueError("only a draft model of the target's vocabulary checks copies")
         self.check_copies = check_copies
-        self._source: DraftModelDrafter | TextDraftDrafter | PromptLookupDrafter = model
-        self._checking = False
+        self._chosen: Option | None = None  # this round's (None: the draft model's)
 
-    def options(self, context: list[int]) -> tuple[int, ...]:
+    @property
+    def draft_model(self) -> DraftModelDrafter | TextDraftDrafter:
+        return self.model
+
+    @property
+    def through_text(self) -> bool:
+        return self.model.through_text
+
+    @property
+    def steps_per_token(self) -> float:
+        return self.model.steps_per_token
+
+    def options(self, context: list[int]) -> tuple[Option, ...]:
         sources = self.lookup.sources(context)
-        lookups = tuple(self.LOOKUP_HINTS + h for h in sources)
-        model = self.model.hint(context)
+        copies = tuple(replace(o, kind=SourceKind.FREE) for o in sources)
+        model = self.model.option(context)
         if model is None:
-            return lookups
-        if not lookups:
+            return copies
+        if not copies:
             return (model,)
         # Checked copies need the model; a fixed policy prefers them (a copy
         # that strays is cut before the target's batch).
-        checked = tuple(self.CHECKED_HINTS + h for h in sources) if self.check_copies else ()
-        if sources[0] >= self.LOOKUP_FIRST_FROM:
-            return (*checked, *lookups, model)
-        return (model, *checked, *lookups)
+        checked = tuple(replace(o, kind=SourceKind.READ) for o in sources)
+        checked = checked if self.check_copies else ()
+        if sources[0].bucket >= self.LOOKUP_FIRST_FROM:
+            return (*checked, *copies, model)
+        return (model, *checked, *copies)
 
     def set_history(self, history: HistoryIndex | None) -> None:
         self.lookup.set_history(history)
 
-    def use(self, hint: int) -> str:
-        copies = self._lookup_hint(hint)
-        self._source = self.model if copies is None else self.lookup
-        self._checking = self.is_read(hint)
-        if copies is not None:
-            self.lookup.select(copies)
-        return self.source(hint)
+    def use(self, option: Option) -> None:
+        copies = option.kind is not SourceKind.MODEL
+        self._chosen = option if copies else None
+        if copies:
+            self.lookup.select(option)
 
-    def source(self, hint: int) -> str:
-        copies = self._lookup_hint(hint)
-        return self.model.name if copies is None else self.lookup.source(copies)
-
-    def is_free(self, hint: int) -> bool:
-        return self.LOOKUP_HINTS <= hint < self.CHECKED_HINTS
-
-    def is_read(self, hint: int) -> bool:
-        return hint >= self.CHECKED_HINTS
-
-    def _lookup_hint(self, hint: int) -> int | None:
-        """Lookup's own hint in ``hint`` (None: the draft model's round)."""
-        if self.is_read(hint):
-            return hint - self.CHECKED_HINTS
-        return hint - self.LOOKUP_HINTS if self.is_free(hint) else None
-
-    def hint(self, context: list[int]) -> int | None:
+    def option(self, context: list[int]) -> Option | None:
         """The preferred option (for a caller that does not choose)."""
         options = self.options(context)
         if not options:
@@ -127,10 +122,11 @@ class CombinedDrafter:
         sampling: SamplingParams,
         rng: np.random.Generator,
     ) -> Draft:
-        if not self._checking:
-            return self._source.draft(context, n_max, sampling, rng)
+        chosen = self._chosen
+        if chosen is None:
+            return self.model.draft(context, n_max, sampling, rng)
         copy = self.lookup.draft(context, n_max, sampling, rng)
-        if not copy.tokens:
+        if chosen.kind is not SourceKind.READ or not copy.tokens:
             return copy
         assert isinstance(self.model, DraftModelDrafter)  # (check_copies)
         return self.model.draft_checked(context, copy.tokens, n_max, sampling, rng)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
+from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Option
+from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.vocabulary import Vocabulary, vocabulary_differences
 from gambit.engine.machine.runtime import ModelRuntime
 from gambit.engine.machine.tokens import common_prefix_length
@@ -73,6 +74,10 @@ class DraftModelDrafter:
 
     name = "draft model"
     MAX_SIDE_PER_DEPTH = 3  # runner-up candidates considered at one position
+    # Traits (``Drafter``): a model of the target's vocabulary, a step a token.
+    through_text = False
+    copies_text = False
+    steps_per_token = 1.0
 
     def __init__(
         self,
@@ -114,22 +119,12 @@ class DraftModelDrafter:
         """Up to ``n_max`` tokens, each the one ``pick`` chooses from its logits
         row (a deterministic drafter: point masses; ``TextDraftDrafter``'s
         greedy steps that first write a held-back token again)."""
-        rt = self.runtime
-        view = self._view(context)
-        n_max = min(n_max, rt.n_ctx - len(view))
-        if n_max <= 0:
+        started = self._start(context, n_max)
+        if started is None:
             return EMPTY_DRAFT
-        t0 = time.perf_counter()
-        n_synced = rt.sync(view)
-        t_synced = time.perf_counter() - t0
-        tokens: list[int] = []
-        for i in range(n_max):
-            tok = pick(rt.logits(-1))
-            tokens.append(tok)
-            if rt.is_eog(tok) or i == n_max - 1:
-                break
-            rt.decode([tok])
-        return Draft(tuple(tokens), None, n_synced, t_synced)
+        run, n_max = started
+        self._decode_chain(run, n_max, lambda row, _: Distribution.point(pick(row)), lambda: 0.0)
+        return Draft(tuple(run.tokens), None, run.n_synced, run.t_synced_s)
 
     def draft_checked(
         self,
@@ -178,11 +173,11 @@ class DraftModelDrafter:
             rt.decode(list(proposal), all_logits=True)
             rows = np.vstack([first, rt.logits_rows(len(proposal))])
         t_synced = time.perf_counter() - t0
-        recent = view[-sampling.repeat_last_n :] if sampling.repeat_penalty != 1.0 else []
+        distribution = self._distribution(view, sampling)
         tokens: list[int] = []
         q: list[Distribution] = []
         for i, copied in enumerate(proposal):
-            dist = process(rows[i], sampling, recent + tokens if recent else ())
+            dist = distribution(rows[i], tokens)
             if copied != int(dist.ids[int(np.argmax(dist.probs))]):
                 break
             tokens.append(copied)
@@ -190,16 +185,10 @@ class DraftModelDrafter:
             if rt.is_eog(copied):
                 return self._checked(tokens, q, sampling, len(pending), t_synced)
         # The model's own token where the copy strayed (or past its end), then on.
-        dist = process(rows[len(tokens)], sampling, recent + tokens if recent else ())
+        row = rows[len(tokens)].copy()
         rt.truncate(len(view) + len(tokens))
-        while len(tokens) < n_max:
-            tok = dist.sample(rng.random())
-            tokens.append(tok)
-            q.append(dist)
-            if rt.is_eog(tok) or len(tokens) == n_max:
-                break
-            rt.decode([tok])
-            dist = process(rt.logits(-1), sampling, recent + tokens if recent else ())
+        run = _Run(len(pending), t_synced, tokens, q)
+        self._decode_chain(run, n_max, distribution, rng.random, first_row=row)
         return self._checked(tokens, q, sampling, len(pending), t_synced)
 
     @staticmethod
@@ -275,6 +264,30 @@ class DraftModelDrafter:
     ) -> _Run | None:
         """Draft a chain of up to ``n_max`` tokens; with ``n_alt``, also note
         up to that many runner-up candidates at each position."""
+        started = self._start(context, n_max)
+        if started is None:
+            return None
+        run, n_max = started
+        distribution = self._distribution(self._view(context), sampling)
+
+        def step(row: np.ndarray, drafted: list[int]) -> Distribution | None:
+            dist = distribution(row, drafted)
+            if self.p_min > 0.0 and drafted and self._top_prob(row, dist, sampling) < self.p_min:
+                return None  # (unsure from here: the draft stops)
+            return dist
+
+        def note(row: np.ndarray, dist: Distribution, tok: int) -> None:
+            conf, alts = self._alternatives(row, dist, tok, sampling, rng, n_alt)
+            run.conf.append(conf)
+            run.alts.append(alts)
+
+        self._decode_chain(run, n_max, step, rng.random, note if n_alt else None)
+        return run
+
+    def _start(self, context: list[int], n_max: int) -> tuple[_Run, int] | None:
+        """The draft's cache synced to ``context`` for a chain of up to
+        ``n_max`` tokens, and that many as room in the cache allows (None: no
+        room for one)."""
         if n_max <= 0:
             return None
         rt = self.runtime
@@ -284,25 +297,46 @@ class DraftModelDrafter:
             return None
         t0 = time.perf_counter()
         n_synced = rt.sync(view)
-        run = _Run(n_synced, time.perf_counter() - t0)
-        tokens = run.tokens
+        return _Run(n_synced, time.perf_counter() - t0), n_max
+
+    @staticmethod
+    def _distribution(
+        view: list[int], sampling: SamplingParams
+    ) -> Callable[[np.ndarray, list[int]], Distribution]:
+        """A step's distribution from its logits row and the tokens drafted so
+        far (counted in the repeat penalty, with ``view``'s last)."""
         recent = view[-sampling.repeat_last_n :] if sampling.repeat_penalty != 1.0 else []
-        for i in range(n_max):
-            row = rt.logits(-1)
-            dist = process(row, sampling, recent + tokens if recent else ())
-            if self.p_min > 0.0 and i > 0 and self._top_prob(row, dist, sampling) < self.p_min:
+        return lambda row, drafted: process(row, sampling, recent + drafted if recent else ())
+
+    def _decode_chain(
+        self,
+        run: _Run,
+        n_max: int,
+        step: Callable[[np.ndarray, list[int]], Distribution | None],
+        draw: Callable[[], float],
+        note: Callable[[np.ndarray, Distribution, int], None] | None = None,
+        first_row: np.ndarray | None = None,
+    ) -> None:
+        """The one decode loop of a draft. From the cache's last logits row (or
+        ``first_row``), ``step`` gives the next token's distribution (None:
+        the draft stops), a token is drawn from it (``draw``: a uniform) and
+        decoded, until ``run`` holds ``n_max`` tokens or the model ends its
+        text; ``note`` sees each step (a tree's runner-ups)."""
+        rt = self.runtime
+        row = rt.logits(-1) if first_row is None else first_row
+        while len(run.tokens) < n_max:
+            dist = step(row, run.tokens)
+            if dist is None:
                 break
-            tok = dist.sample(rng.random())
-            tokens.append(tok)
+            tok = dist.sample(draw())
+            run.tokens.append(tok)
             run.q.append(dist)
-            if n_alt:
-                conf, alts = self._alternatives(row, dist, tok, sampling, rng, n_alt)
-                run.conf.append(conf)
-                run.alts.append(alts)
-            if rt.is_eog(tok) or i == n_max - 1:
+            if note is not None:
+                note(row, dist, tok)
+            if rt.is_eog(tok) or len(run.tokens) == n_max:
                 break
             rt.decode([tok])
-        return run
+            row = rt.logits(-1)
 
     @staticmethod
     def _alternatives(
@@ -341,14 +375,18 @@ class DraftModelDrafter:
             alts.append((drawn, dist.prob(drawn), remaining))
         return dist.prob(tok), alts
 
-    def hint(self, context: list[int]) -> int | None:
-        return 0  # its confidence is only known by drafting (a decode)
+    def option(self, context: list[int]) -> Option | None:
+        return Option(self.name)  # its confidence is only known by drafting (a decode)
+
+    @property
+    def draft_model(self) -> DraftModelDrafter:
+        return self
+
+    def set_history(self, history: HistoryIndex | None) -> None:
+        pass  # (it copies nothing)
 
     def set_abort(self, event: threading.Event | None) -> None:
         self.runtime.abort = event
-
-    def source(self, hint: int) -> str:
-        return self.name
 
     def prepare(self, context: list[int]) -> None:
         if context:

@@ -9,7 +9,7 @@ too, merged into a trie below the main chain (the latest, longest match).
 
 With a ``HistoryIndex`` (the user's earlier conversations), a match there
 that agrees with the context further back than the best match in the
-context drafts instead; its hints are their own (``HISTORY_HINTS`` + bucket),
+context drafts instead; its options are their own (source ``HISTORY_SOURCE``),
 so the policy learns how well the history's copies land apart from the
 conversation's.
 """
@@ -21,7 +21,7 @@ from collections import deque
 
 import numpy as np
 
-from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
+from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Option
 from gambit.engine.drafters.history import HistoryIndex, HistoryMatch
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.engine.verification.tree import DraftTree, chain_tree
@@ -36,9 +36,12 @@ class PromptLookupDrafter:
     name = "prompt lookup"
     HISTORY_SOURCE = "earlier chats"  # what drafted rounds copied from the history
     MATCHES_KEPT = 4  # latest occurrences remembered per n-gram, for trees
-    AGREEMENT_MAX = 16  # how far back a match's agreement is measured (hint buckets)
-    # Hints of drafts copied from the history: 6 (4-7 tokens agree), 7 (8-15), 8 (16).
-    HISTORY_HINTS = 5
+    AGREEMENT_MAX = 16  # how far back a match's agreement is measured (its buckets)
+    # Traits (``Drafter``): it copies text, with no draft model of its own.
+    through_text = False
+    copies_text = True
+    steps_per_token = 1.0  # (no draft model: nothing to scale)
+    draft_model = None
 
     def __init__(
         self, ngram_max: int = 3, ngram_min: int = 2, history: HistoryIndex | None = None
@@ -129,35 +132,36 @@ class PromptLookupDrafter:
             return False
         return not matches or self._agreement(matches[0]) < min(found.length, self.AGREEMENT_MAX)
 
-    def sources(self, context: list[int]) -> tuple[int, ...]:
-        """A hint per source that can copy now, the preferred first: the
-        conversation's match (1-5) and the history's (``HISTORY_HINTS`` + 1-3).
-        A drafter that lets the policy choose (draft model + lookup) offers
-        both; alone, lookup drafts from the first (``hint``)."""
+    def sources(self, context: list[int]) -> tuple[Option, ...]:
+        """An option per source that can copy now, the preferred first: the
+        conversation's match (buckets 1-5) and the history's (``HISTORY_SOURCE``,
+        1-3). A drafter that lets the policy choose (draft model + lookup)
+        offers both; alone, lookup drafts from the first (``option``)."""
         self._extend(context)
         matches = self._matches()
-        conversation: int | None = None
+        conversation: Option | None = None
         if matches:
             m = self._agreement(matches[0])
-            conversation = 1 if m <= 2 else 2 if m == 3 else 3 if m < 8 else 4 if m < 16 else 5
-        history: int | None = None
+            bucket = 1 if m <= 2 else 2 if m == 3 else 3 if m < 8 else 4 if m < 16 else 5
+            conversation = Option(self.name, bucket)
+        history: Option | None = None
         found = self._found_in_history()
         if found is not None:
             n = found.length
-            history = self.HISTORY_HINTS + (1 if n < 8 else 2 if n < 16 else 3)
+            history = Option(self.HISTORY_SOURCE, 1 if n < 8 else 2 if n < 16 else 3)
         ordered = [conversation, history]
         if self._prefers_history(matches):
             ordered.reverse()
-        return tuple(h for h in ordered if h is not None)
+        return tuple(o for o in ordered if o is not None)
 
-    def select(self, hint: int) -> None:
-        """Copy from the source of ``hint`` (one of ``sources``) this round."""
-        self._selected = (len(self._tokens), hint > self.HISTORY_HINTS)
+    def select(self, option: Option) -> None:
+        """Copy from the source of ``option`` (one of ``sources``) this round."""
+        self._selected = (len(self._tokens), option.source == self.HISTORY_SOURCE)
 
-    def hint(self, context: list[int]) -> int | None:
+    def option(self, context: list[int]) -> Option | None:
         """The preferred source's match length, in buckets: None without a
         match; in the conversation 1 (2 tokens agree), 2 (3), 3 (4-7), 4
-        (8-15), 5 (16 and more); in the history 6 (4-7), 7 (8-15), 8 (16).
+        (8-15), 5 (16 and more); in the history 1 (4-7), 2 (8-15), 3 (16).
         Copies land by how long the reply has followed the source: on the
         F16 target, 8-token drafts, after a 2-token match 1-2.7 of 8 drafts
         landed and 40-60 % of rounds lost the first; on the F32 ×4 target's
@@ -170,9 +174,6 @@ class PromptLookupDrafter:
             return None
         self.select(options[0])
         return options[0]
-
-    def source(self, hint: int) -> str:
-        return self.HISTORY_SOURCE if hint > self.HISTORY_HINTS else self.name
 
     def draft(
         self,

@@ -28,7 +28,6 @@ from gambit.errors import ModelFileError
 from gambit.formats.layerskip_file import LayerSkipInfo, read_layer_skip_info
 
 if TYPE_CHECKING:
-    from gambit.engine.drafters.history import HistoryIndex
     from gambit.engine.machine.runtime import ModelRuntime
 
 DrafterKind = Literal["none", "draft", "lookup", "draft+lookup", "layerskip"]
@@ -118,7 +117,7 @@ def _build_combined(given: BuildInput) -> Built:
     lookup = PromptLookupDrafter(ngram_max=given.lookup_ngram_max)
     # Copies checked by the draft model need its logits over the target's
     # tokens: a draft through text proposes its own text instead.
-    return Built(CombinedDrafter(model, lookup, check_copies=isinstance(model, DraftModelDrafter)))
+    return Built(CombinedDrafter(model, lookup, check_copies=not model.through_text))
 
 
 def _build_layerskip(given: BuildInput) -> Built:
@@ -223,42 +222,6 @@ TREE_DRAFTERS: tuple[DrafterKind, ...] = tuple(k for k, s in DRAFTERS.items() if
 COPYING_DRAFTERS: tuple[DrafterKind, ...] = tuple(
     k for k, s in DRAFTERS.items() if "lookup" in (k, *s.combines)
 )
-
-
-# What a built drafter can do, asked of it here so that code outside
-# engine/drafters/ never tells drafters apart by their class.
-def draft_model_of(drafter: Drafter | None) -> Drafter | None:
-    """The drafter's draft model part: itself, or a combined drafter's model
-    (None: it has none, or is none)."""
-    if isinstance(drafter, CombinedDrafter):
-        return drafter.model
-    return drafter if isinstance(drafter, DraftModelDrafter | TextDraftDrafter) else None
-
-
-def drafts_through_text(drafter: Drafter | None) -> bool:
-    """Whether its draft model drafts through text (another tokenizer)."""
-    return isinstance(draft_model_of(drafter), TextDraftDrafter)
-
-
-def draft_steps_per_token(drafter: Drafter | None) -> float:
-    """Draft model steps per target token: 1 for a draft of the target's
-    vocabulary, the measured ratio of tokens for one drafting through text
-    (a calibrated step is priced per target token with it)."""
-    model = draft_model_of(drafter)
-    return model.steps_per_token if isinstance(model, TextDraftDrafter) else 1.0
-
-
-def copies_text(drafter: Drafter | None) -> bool:
-    """Whether it copies text (prompt lookup, alone or with a draft model), so
-    that a memory of earlier conversations can help it."""
-    return isinstance(drafter, PromptLookupDrafter | CombinedDrafter)
-
-
-def set_drafter_history(drafter: Drafter | None, history: HistoryIndex | None) -> None:
-    """Let a drafter that copies text copy from ``history`` too (None: from
-    the current conversation only); others have nothing to do with it."""
-    if isinstance(drafter, PromptLookupDrafter | CombinedDrafter):
-        drafter.set_history(history)
 
 
 def combined_kind(kinds: set[str]) -> DrafterSpec | None:

@@ -29,8 +29,9 @@ import time
 
 import numpy as np
 
-from gambit.engine.drafters.base import EMPTY_DRAFT, Draft
+from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Option
 from gambit.engine.drafters.draft_model import DRAFT_ROOM, DraftModelDrafter
+from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.text_align import (
     DraftContext,
     DraftView,
@@ -55,6 +56,9 @@ class TextDraftDrafter:
     through text (see the module docstring). Chains only."""
 
     name = "draft model (through text)"
+    # Traits (``Drafter``); its ``steps_per_token`` is measured (below).
+    through_text = True
+    copies_text = False
 
     def __init__(self, target: ModelRuntime, draft: ModelRuntime) -> None:
         self.target = target  # its tokenizer only: this drafter never decodes it
@@ -124,11 +128,15 @@ class TextDraftDrafter:
         seen = min(RATIO_MAX, max(RATIO_MIN, n_steps / n_target))
         self.steps_per_token += RATIO_WEIGHT * (seen - self.steps_per_token)
 
-    def hint(self, context: list[int]) -> int | None:
-        return 0  # its confidence is only known by drafting
+    def option(self, context: list[int]) -> Option | None:
+        return Option(self.name)  # its confidence is only known by drafting
 
-    def source(self, hint: int) -> str:
-        return self.name
+    @property
+    def draft_model(self) -> TextDraftDrafter:
+        return self
+
+    def set_history(self, history: HistoryIndex | None) -> None:
+        pass  # (it copies nothing)
 
     def prepare(self, context: list[int]) -> None:
         if context:

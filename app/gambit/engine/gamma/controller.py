@@ -18,7 +18,7 @@ copied passage without flapping on one round's noise.
 
 While off, nothing is learned about acceptance, so the policy probes: a
 draft of the length that would pay best with acceptance as optimistic as the
-evidence allows (a hint's first probe, with nothing seen, the best case), as
+evidence allows (an option's first probe, with nothing seen, the best case), as
 often as keeps probing under a share of the plain
 decoding time: 2 % once much is known, up to 20 % while little is, the
 outcomes seen counting less as the text moves on (a failed probe
@@ -58,7 +58,7 @@ the batch costs (a small CPU) the measured gain must beat it.
 
 A drafter with two sources (the draft model and prompt lookup) offers both
 each round where lookup has a match, and ``choose`` takes the one whose best
-round is expected to pay more, each with its own acceptance (by hint, as
+round is expected to pay more, each with its own acceptance (by option, as
 optimistic as its own evidence allows: an option tried once is tried again
 until its estimate stands on its own) and its own cost: a lookup draft costs
 no draft steps, but the draft model must read the tokens it supplied before
@@ -79,7 +79,7 @@ The policy is three pieces, each testable alone: ``RoundLearning`` records
 what rounds and readings show (``gambit.engine.gamma.controller_learning``),
 ``RoundPricing`` prices every round shape from that and changes nothing
 (``gambit.engine.gamma.controller_pricing``), and ``GammaController`` here decides:
-the mode, on or off per drafter hint, probes, sitting a reply out. Its
+the mode, on or off per drafter option, probes, sitting a reply out. Its
 sentences are ``gambit.engine.gamma.controller_wording``'s.
 """
 
@@ -90,9 +90,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from gambit.engine.drafters.base import Option, SourceKind
 from gambit.engine.estimates import PRIOR_WEIGHT, AcceptanceModel, CostModel
 from gambit.engine.gamma import controller_wording as wording
-from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
+from gambit.engine.gamma.controller_learning import RoundLearning
 from gambit.engine.gamma.controller_pricing import RoundPricing
 from gambit.engine.gamma.policy import (
     DEFAULT_GAMMA,
@@ -102,6 +103,10 @@ from gambit.engine.gamma.policy import (
     PolicyMode,
 )
 from gambit.engine.text.reply import Round
+
+# The option a controller decides for before a drafter offers one (tests,
+# fixed policies; a session names its drafter's own: ``Engine``).
+UNNAMED = Option("")
 
 
 class GammaController:
@@ -180,17 +185,15 @@ class GammaController:
         side_max: int = 0,
         fixed_side: int = 0,
         node_max: int | None = None,
-        free_hint: Callable[[int], bool] | None = None,
-        read_hint: Callable[[int], bool] | None = None,
+        option: Option = UNNAMED,
         threads: int = 1,
         stored_costs: Callable[[int], CostModel | None] | None = None,
     ) -> None:
         """``side_max``: most tree side nodes per round (0: chains only);
         ``node_max``: most draft tokens per round, chain and side nodes
-        together (default γ_max + side_max); ``free_hint``: which hints
-        draft at no cost (``ChoosingDrafter.is_free``; None: none do);
-        ``read_hint``: which hints' drafts the draft model reads in one
-        batch (``ChoosingDrafter.is_read``; None: none do); ``threads``: the
+        together (default γ_max + side_max); ``option``: what the first
+        decision is for, before the drafter offers any (its draft model's
+        option); ``threads``: the
         CPU threads ``costs`` were measured at; ``stored_costs``: the costs a
         session before kept for another count, if any (``at_threads``)."""
         if gamma_max < 1:
@@ -207,39 +210,28 @@ class GammaController:
         self.pricing = RoundPricing(self.learning, gamma_max, side_max, node_max)
         self.threads = threads
         self._stored_costs = stored_costs
-        self._free_hint = free_hint
-        self._read_hint = read_hint
-        # Per drafter hint (Drafter.hint): whether speculation is on for its rounds.
-        self._on: dict[int, bool] = {}
-        self._hint = 0  # the current round's (the last decide_gamma's)
-        # Per drafter hint: tokens since it was probed or switched off. The first
+        # Per drafter option (Drafter.option): whether speculation is on for its rounds.
+        self._on: dict[Option, bool] = {}
+        self._option = option  # the current round's (the last decide_gamma's)
+        # Per drafter option: tokens since it was probed or switched off. The first
         # reply may probe at once: the prior is only a guess.
-        self._since_probe: dict[int, int] = {}
+        self._since_probe: dict[Option, int] = {}
         self._probing = False
         # An option that is off, chosen to be probed while another runs (choose).
-        self._reprobe: int | None = None
+        self._reprobe: Option | None = None
         # Why the current reply decodes plainly: reading its prompt would not
         # pay (decide_reading); None: it drafts as decided round by round.
         self._sit_out: str | None = None
-        self._track(0)
+        self._track(option)
         self.decision = self._decide()
 
-    def _track(self, hint: int) -> None:
-        """Start keeping ``hint``'s on/off state, from what the calibration and
+    def _track(self, option: Option) -> None:
+        """Start keeping ``option``'s on/off state, from what the calibration and
         the acceptance prior predict (nothing is drafted for it yet)."""
-        if hint not in self._on:
-            alpha = self.learning.acceptance(hint).estimate()
-            speedups = self.pricing.speedups(alpha, self._kind(hint))
-            self._on[hint] = float(speedups.max()) >= self.OFF_BELOW
-
-    def _kind(self, hint: int | None = None) -> SourceKind:
-        """How the source of ``hint`` (default: the current one) is paid for."""
-        h = self._hint if hint is None else hint
-        if self._read_hint is not None and self._read_hint(h):
-            return SourceKind.READ
-        if self._free_hint is not None and self._free_hint(h):
-            return SourceKind.FREE
-        return SourceKind.MODEL
+        if option not in self._on:
+            alpha = self.learning.acceptance(option).estimate()
+            speedups = self.pricing.speedups(alpha, option.kind)
+            self._on[option] = float(speedups.max()) >= self.OFF_BELOW
 
     @property
     def costs(self) -> CostModel:
@@ -248,17 +240,17 @@ class GammaController:
 
     @property
     def acceptance(self) -> AcceptanceModel:
-        """Acceptance as learned for the current hint (the last ``decide_gamma``'s)."""
-        return self.learning.acceptance(self._hint)
+        """Acceptance as learned for the current option (the last ``decide_gamma``'s)."""
+        return self.learning.acceptance(self._option)
 
     @property
     def on(self) -> bool:
-        """Whether speculation is on for rounds with the current hint."""
-        return self._on[self._hint]
+        """Whether speculation is on for rounds of the current option."""
+        return self._on[self._option]
 
     @on.setter
     def on(self, value: bool) -> None:
-        self._on[self._hint] = value
+        self._on[self._option] = value
 
     @property
     def baseline_tokens_per_s(self) -> float:
@@ -266,39 +258,40 @@ class GammaController:
         return self.pricing.baseline_tokens_per_s
 
     def ceiling_speedup(self) -> float:
-        """The best expected speedup for the current hint if every draft landed."""
-        return self.pricing.ceiling(self._kind())
+        """The best expected speedup for the current option if every draft landed."""
+        return self.pricing.ceiling(self._option.kind)
 
     @property
     def probe_gamma(self) -> int:
-        """The γ of a probe with the current hint (``RoundPricing.probe_gamma``):
+        """The γ of a probe of the current option (``RoundPricing.probe_gamma``):
         sized by its acceptance as optimistic as the evidence allows, once
         anything was seen; before that, what would pay best if every draft
         landed. A first probe measures every position it may pay to draft:
         sized by the prior (γ = 8 on the realistic pair), the first reply of a
         session ran 0.81-0.87 of fixed γ = 16 in three runs (a 57-token reply
         is six rounds); where it misses, it costs about three target steps."""
-        return self.pricing.probe_gamma(self._kind(), self._probe_acceptance(self._hint))
+        option = self._option
+        return self.pricing.probe_gamma(option.kind, self._probe_acceptance(option))
 
-    def _probe_acceptance(self, hint: int) -> np.ndarray | None:
-        """The acceptance a probe of ``hint`` is sized by (None: every draft landing)."""
-        acceptance = self.learning.acceptance(hint)
+    def _probe_acceptance(self, option: Option) -> np.ndarray | None:
+        """The acceptance a probe of ``option`` is sized by (None: every draft landing)."""
+        acceptance = self.learning.acceptance(option)
         return acceptance.optimistic() if acceptance.seen.any() else None
 
-    def probe_cost(self, catch_up: int = 0, hint: int | None = None) -> float:
-        """Seconds a probe with ``hint`` (default: the current one) costs if
+    def probe_cost(self, catch_up: int = 0, option: Option | None = None) -> float:
+        """Seconds a probe of ``option`` (default: the current one) costs if
         none of its drafts lands."""
-        h = self._hint if hint is None else hint
-        return self.pricing.probe_cost(self._kind(h), catch_up, self._probe_acceptance(h))
+        o = self._option if option is None else option
+        return self.pricing.probe_cost(o.kind, catch_up, self._probe_acceptance(o))
 
     @property
     def _tokens_since_probe(self) -> int:
-        """Tokens since the current hint was probed or switched off."""
-        return self._since_probe.get(self._hint, self.PROBE_MAX)
+        """Tokens since the current option was probed or switched off."""
+        return self._since_probe.get(self._option, self.PROBE_MAX)
 
     @_tokens_since_probe.setter
     def _tokens_since_probe(self, tokens: int) -> None:
-        self._since_probe[self._hint] = tokens
+        self._since_probe[self._option] = tokens
 
     # -- GammaPolicy
     def start_reply(self, n_context: int) -> None:
@@ -338,13 +331,13 @@ class GammaController:
         """The drafter read the ``n_read`` tokens it was behind in ``seconds``."""
         self.learning.observe_reading(n_read, seconds)
 
-    def _probe_share(self, hint: int) -> float:
-        """The share of decoding time probes of ``hint`` may cost: PROBE_BUDGET
+    def _probe_share(self, option: Option) -> float:
+        """The share of decoding time probes of ``option`` may cost: PROBE_BUDGET
         once much is known of it, up to PROBE_BUDGET_THIN while little is."""
         # What was seen long ago says less of the text now: the outcomes count
         # half as much every EVIDENCE_HALF_LIFE tokens since the last probe.
-        since = self._since_probe.get(hint, self.PROBE_MAX)
-        outcomes = self.learning.acceptance(hint).outcomes()
+        since = self._since_probe.get(option, self.PROBE_MAX)
+        outcomes = self.learning.acceptance(option).outcomes()
         evidence = outcomes * math.pow(0.5, since / self.EVIDENCE_HALF_LIFE)
         # (squared: a quarter of the way at PRIOR_WEIGHT outcomes, close to
         # PROBE_BUDGET after a few dozen; a draft model's catch-up alone costs
@@ -353,21 +346,23 @@ class GammaController:
         thin = (PRIOR_WEIGHT / (PRIOR_WEIGHT + evidence)) ** 2
         return self.PROBE_BUDGET + (self.PROBE_BUDGET_THIN - self.PROBE_BUDGET) * thin
 
-    def _probe_due(self, catch_up: int = 0, hint: int | None = None, rival: float = 1.0) -> bool:
-        """Whether a probe of ``hint`` (default: the current one) now keeps
+    def _probe_due(
+        self, catch_up: int = 0, option: Option | None = None, rival: float = 1.0
+    ) -> bool:
+        """Whether a probe of ``option`` (default: the current one) now keeps
         probing within its budget, after the drafter catches up on
         ``catch_up`` tokens. ``rival``: the expected speedup of the option the
         probe displaces (1.0: plain decoding): where another option runs, a
         probe costs the time that option would have saved, and the budget is a
         share of the time it took."""
-        h = self._hint if hint is None else hint
+        h = self._option if option is None else option
         since = self._since_probe.get(h, self.PROBE_MAX)
         t1 = self.costs.verify_cost(1)
-        if self._kind(h) is SourceKind.FREE:
+        if h.kind is SourceKind.FREE:
             catch_up = 0  # (no draft model reads anything before a lookup probe)
         cost = self.probe_cost(catch_up, h) + t1 * (1.0 - 1.0 / rival)
         budget = self._probe_share(h) * since * t1 / rival
-        if self.pricing.ceiling(self._kind(h)) <= self.PROBE_CEILING:
+        if self.pricing.ceiling(h.kind) <= self.PROBE_CEILING:
             # Nothing could pay, by the costs as measured; but batch costs
             # measured while nothing drafts are the load-time calibration's,
             # and one noisy calibration must not rule speculation out for
@@ -383,11 +378,13 @@ class GammaController:
         """Side nodes for the round ``decide_gamma`` just chose (0 while off or probing)."""
         return self.decision.side if self.decision.gamma else 0
 
-    def decide_gamma(self, hint: int = 0) -> int:
-        """Decide this round (``decision``) for a draft from ``hint``'s source: its γ."""
-        self._hint = hint
-        self._track(hint)
-        self.decision = self._round_decision(reprobe=self._reprobe == hint)
+    def decide_gamma(self, option: Option | None = None) -> int:
+        """Decide this round (``decision``) for a draft as ``option`` (None: the
+        current one) says: its γ."""
+        option = self._option if option is None else option
+        self._option = option
+        self._track(option)
+        self.decision = self._round_decision(reprobe=self._reprobe == option)
         self._reprobe = None
         if self.decision.probing:
             self._probing = True  # (observe() judges the probe's outcome)
@@ -399,7 +396,7 @@ class GammaController:
         decided = self._decide()
         if self.mode == "adaptive" and self._sit_out is not None:
             return Decision(0, 1.0, decided.best_speedup, self._sit_out)
-        # A hint never drafted for is probed (below), on or off: its acceptance
+        # An option never drafted for is probed (below), on or off: its acceptance
         # is only the prior, and a probe's long draft measures more of it.
         untried = not self.acceptance.seen.any()
         if self.mode != "adaptive" or (self.on and not untried):
@@ -437,9 +434,10 @@ class GammaController:
 
     def observe(self, rnd: Round) -> None:
         """Learn from the round just played, then switch on or off as it says."""
-        self.learning.observe(rnd, self._hint, self._kind())
-        for hint in self._on:
-            self._since_probe[hint] = self._since_probe.get(hint, self.PROBE_MAX) + len(rnd.tokens)
+        self.learning.observe(rnd, self._option)
+        for option in self._on:
+            since = self._since_probe.get(option, self.PROBE_MAX)
+            self._since_probe[option] = since + len(rnd.tokens)
         best = self._best()[2]
         if self._probing:
             # On where it pays by the estimate, or may by the optimistic one
@@ -470,54 +468,54 @@ class GammaController:
         missed first tokens at the start of a reply; replayed on a weaker draft
         (55 % landing), adaptive ÷ the best fixed γ went from 0.95 at 1 to 0.99
         at 1.5, a draft landing 3 % still off within a few rounds."""
-        optimistic = self.pricing.speedups(self.acceptance.optimistic(self.OFF_Z), self._kind())
+        alpha = self.acceptance.optimistic(self.OFF_Z)
+        optimistic = self.pricing.speedups(alpha, self._option.kind)
         return float(optimistic.max()) < self.OFF_BELOW
 
-    def choose(self, hints: Sequence[int]) -> int:
-        """The option (a hint per source, the drafter's preferred first) whose
+    def choose(self, options: Sequence[Option]) -> Option:
+        """The option (one per source, the drafter's preferred first) whose
         round is expected to pay best, by its own acceptance (as optimistic as
         its own evidence allows) and cost; an
         option never drafted for first (``decide_gamma`` probes it: its
         acceptance is only the prior). Outside the adaptive mode, the
         drafter's preference."""
         if not self.pricing.reading_is_cheap():
-            hints = [h for h in hints if self._kind(h) is not SourceKind.READ] or hints
-        if self.mode != "adaptive" or len(hints) < 2:
-            return hints[0]
-        chosen, best = hints[0], -float("inf")
+            options = [o for o in options if o.kind is not SourceKind.READ] or options
+        if self.mode != "adaptive" or len(options) < 2:
+            return options[0]
+        chosen, best = options[0], -float("inf")
         off = []
-        for hint in hints:
-            self._track(hint)
-            acceptance = self.learning.acceptance(hint)
+        for option in options:
+            self._track(option)
+            acceptance = self.learning.acceptance(option)
             if not acceptance.seen.any():
-                return hint
-            on = self._on[hint]
+                return option
+            on = self._on[option]
             # Judged as optimistically as each option's γ is (EXPLORE_Z): an
             # option tried once (a copy that landed 11 of 11) reads well below
             # one tried a hundred times at the same rate, and judged by the
             # estimate it was never chosen again to show otherwise.
-            kind = self._kind(hint)
             speedup = (
-                self.pricing.optimistic_best(acceptance, kind, self.EXPLORE_Z)
+                self.pricing.optimistic_best(acceptance, option.kind, self.EXPLORE_Z)
                 if on
                 else self.OFF_BELOW
             )
             if speedup > best:
-                chosen, best = hint, speedup
+                chosen, best = option, speedup
             if not on:
-                off.append(hint)
+                off.append(option)
         # An option that is off is probed again on the same terms as a lone
         # drafter's, its cost counted against the one that runs: else a lookup
         # bucket switched off stayed off for as long as the draft model ran.
-        for hint in off:
-            if hint != chosen and self._probe_due(self.learning.behind, hint, max(best, 1.0)):
-                self._reprobe = hint
-                return hint
+        for option in off:
+            if option != chosen and self._probe_due(self.learning.behind, option, max(best, 1.0)):
+                self._reprobe = option
+                return option
         return chosen
 
     def _best(self) -> tuple[int, int, float]:
-        """The best (γ, side nodes) for the current hint, and its expected speedup."""
-        return self.pricing.best(self.acceptance, self._kind())
+        """The best (γ, side nodes) for the current option, and its expected speedup."""
+        return self.pricing.best(self.acceptance, self._option.kind)
 
     def _decide(self) -> Decision:
         """The policy's decision from what it knows now (no probing)."""
@@ -530,7 +528,7 @@ class GammaController:
             return Decision(g, s, best, wording.fixed_reason(g, w, s, self.OFF_BELOW), side=w)
         if self.on:
             gamma, side, expected = self.pricing.explore(
-                self.acceptance, self._kind(), self.EXPLORE_Z
+                self.acceptance, self._option.kind, self.EXPLORE_Z
             )
             reason = wording.on_reason(gamma, side, expected, self.OFF_BELOW)
             return Decision(gamma, expected, best, reason, side=side)

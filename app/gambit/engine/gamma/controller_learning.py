@@ -1,7 +1,7 @@
 """What the γ policy learns from the rounds it sees (``gambit.engine.gamma.controller``).
 
 Only records and updates: the pair's costs (``CostModel``), each drafter
-hint's acceptance (``AcceptanceModel``), what tree side nodes gain, how long
+option's acceptance (``AcceptanceModel``), what tree side nodes gain, how long
 replies run and how far the draft model is behind the text. The policy
 decides from these (``gambit.engine.gamma.controller``), a round's expected pay is
 priced from them (``gambit.engine.gamma.controller_pricing``), and the sentences
@@ -10,19 +10,9 @@ that explain a decision are ``gambit.engine.gamma.controller_wording``'s.
 
 from __future__ import annotations
 
-import enum
-
+from gambit.engine.drafters.base import Option, SourceKind
 from gambit.engine.estimates import ACCEPT_WEIGHT, AcceptanceModel, CostModel
 from gambit.engine.text.reply import Round, StopReason
-
-
-class SourceKind(enum.Enum):
-    """How a drafter source's drafts are paid for (``ChoosingDrafter.is_free``,
-    ``is_read``): what a round costs and what its timings measure."""
-
-    MODEL = "model"  # the draft model's steps, one per draft token
-    FREE = "free"  # nothing now (prompt lookup); the draft model reads them later
-    READ = "read"  # the draft model reads them in one batch (a copy it checks)
 
 
 class RoundLearning:
@@ -45,7 +35,7 @@ class RoundLearning:
         self.side_gain = self.SIDE_GAIN_PRIOR  # running mean, per side node sent
         self.reply_length = 0.0  # running mean of replies' lengths (0: none ended yet)
         self.behind = 0  # committed tokens the draft model has not read yet
-        self._acceptance: dict[int, AcceptanceModel] = {}  # per drafter hint
+        self._acceptance: dict[Option, AcceptanceModel] = {}  # per drafter option
         self._costs_at: dict[int, CostModel] = {}  # per thread count, but the current one
         self._reply_tokens = 0  # in the current reply
 
@@ -66,11 +56,11 @@ class RoundLearning:
         """The costs measured at each thread count (``current``: those in use now)."""
         return {**self._costs_at, current: self.costs}
 
-    def acceptance(self, hint: int) -> AcceptanceModel:
-        """What rounds with ``hint`` showed (the prior, for a hint not seen yet)."""
-        model = self._acceptance.get(hint)
+    def acceptance(self, option: Option) -> AcceptanceModel:
+        """What rounds of ``option`` showed (the prior, for one not seen yet)."""
+        model = self._acceptance.get(option)
         if model is None:
-            model = self._acceptance[hint] = AcceptanceModel(self.gamma_max, self.prior_alpha)
+            model = self._acceptance[option] = AcceptanceModel(self.gamma_max, self.prior_alpha)
         return model
 
     def expected_reply_length(self, horizon: int = 0) -> float:
@@ -90,19 +80,19 @@ class RoundLearning:
         if n_read > 2 and seconds > 0:
             self.costs.observe_catch_up(n_read, seconds)
 
-    def observe(self, rnd: Round, hint: int, kind: SourceKind) -> None:
-        """One round drafted with ``hint`` (a source of ``kind``), or a plain one."""
+    def observe(self, rnd: Round, option: Option) -> None:
+        """One round drafted as ``option``, or a plain one."""
         if rnd.tokens:
             self.costs.observe_verify(rnd.n_catch_up + rnd.n_drafted + 1, rnd.t_verify_s)
         # (a free source's round leaves the draft model behind as a plain one does)
-        drafted_by_model = rnd.n_drafted and kind is not SourceKind.FREE
+        drafted_by_model = rnd.n_drafted and option.kind is not SourceKind.FREE
         self.behind = 0 if drafted_by_model else self.behind + len(rnd.tokens)
         if rnd.n_drafted:
-            if kind is SourceKind.READ:
+            if option.kind is SourceKind.READ:
                 # A checked copy: a batch and the steps after a stray, priced
                 # per token apart (they say nothing of one step's cost).
                 self.costs.observe_read(rnd.n_drafted, rnd.t_draft_s)
-            elif kind is SourceKind.MODEL:
+            elif option.kind is SourceKind.MODEL:
                 # Side nodes cost the drafter nothing extra: it decodes its main chain only.
                 self.costs.observe_drafting(
                     rnd.n_drafted - rnd.n_side,
@@ -110,7 +100,7 @@ class RoundLearning:
                     rnd.n_draft_synced,
                     rnd.t_draft_synced_s,
                 )
-            self.acceptance(hint).observe(rnd.chain_outcomes)
+            self.acceptance(option).observe(rnd.chain_outcomes)
             if rnd.n_side:
                 gain = rnd.side_gain / rnd.n_side
                 self.side_gain += ACCEPT_WEIGHT * (gain - self.side_gain)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from gambit.engine.drafters.base import SourceKind
 from gambit.engine.estimates import AcceptanceModel
-from gambit.engine.gamma.controller_learning import RoundLearning, SourceKind
+from gambit.engine.gamma.controller_learning import RoundLearning
 
 
 class RoundPricing:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from gambit.engine.drafters.base import Option
 from gambit.engine.text.reply import Round
 
 PolicyMode = Literal["adaptive", "fixed", "off"]
@@ -48,15 +49,15 @@ class GammaPolicy(Protocol):
     the policy has decided, ``observe*`` what it has learned; ``choose`` and
     ``decided_side_nodes`` only ask."""
 
-    def decide_gamma(self, hint: int = 0) -> int:
-        """Decide this round's draft length (and its side nodes). ``hint``:
-        the drafter's signal for this round (``Drafter.hint``); rounds with
-        the same hint share what the policy learns."""
+    def decide_gamma(self, option: Option | None = None) -> int:
+        """Decide this round's draft length (and its side nodes). ``option``:
+        what the drafter offers for this round (``Drafter.option``; None: as
+        the last round); rounds of the same option share what the policy learns."""
         ...
 
-    def choose(self, hints: Sequence[int]) -> int:
-        """Which of a ``ChoosingDrafter``'s options (hints, one per source,
-        the preferred first) the coming round drafts from."""
+    def choose(self, options: Sequence[Option]) -> Option:
+        """Which of a ``ChoosingDrafter``'s options (one per source, the
+        preferred first) the coming round drafts from."""
         ...
 
     def start_reply(self, n_context: int) -> None:
@@ -91,11 +92,11 @@ class FixedGamma:
     gamma: int
     side: int = 0
 
-    def decide_gamma(self, hint: int = 0) -> int:
+    def decide_gamma(self, option: Option | None = None) -> int:
         return self.gamma
 
-    def choose(self, hints: Sequence[int]) -> int:
-        return hints[0]  # (nothing measured to choose by: the drafter's preference)
+    def choose(self, options: Sequence[Option]) -> Option:
+        return options[0]  # (nothing measured to choose by: the drafter's preference)
 
     def start_reply(self, n_context: int) -> None:
         pass
