@@ -8,9 +8,8 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
@@ -21,7 +20,7 @@ from gambit.cli.main import summary_line
 from gambit.engine.gamma.metrics import NO_FIGURE, format_rate, format_speedup
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.storage.chat_store.conversations import ConversationStore
-from gambit.storage.reply_stats import STOP_WORDS
+from gambit.storage.reply_stats import STOP_WORDS, ReplyRecord
 from gambit.storage.settings import Settings, SettingsStore
 from gambit.ui.stats.stats_panel import TOOLTIPS, format_ms
 from gambit.ui.window.main_window import MainWindow
@@ -211,24 +210,24 @@ def test_a_reply_timed_on_a_busy_machine_is_marked_everywhere(
 
 # -- the panel against the stored reply, reply after reply ------------------------------
 
-# Each tile and the stored figure it must show (reply_record.stats_dict).
-STORED_TILES = {
-    "tokensPerSecondValue": lambda s: format_rate(s["tokens_per_s"]),
-    "baselineValue": lambda s: format_rate(s["baseline_tokens_per_s"]),
-    "speedupValue": lambda s: format_speedup(s["speedup"]),
-    "ttftValue": lambda s: format_ms(s["ttft_ms"]),
-    "p99Value": lambda s: format_ms(s["p99_ms"]),
-    "acceptedValue": lambda s: f"{s['accepted_tokens']:,} / {s['drafted_tokens']:,}",
+# Each tile and the stored figure it must show (reply_record.record_of).
+STORED_TILES: dict[str, Callable[[ReplyRecord], str]] = {
+    "tokensPerSecondValue": lambda r: format_rate(r.tokens_per_s or 0.0),
+    "baselineValue": lambda r: format_rate(r.baseline_tokens_per_s or 0.0),
+    "speedupValue": lambda r: format_speedup(r.speedup),
+    "ttftValue": lambda r: format_ms(r.ttft_ms or 0.0),
+    "p99Value": lambda r: format_ms(r.p99_ms or 0.0),
+    "acceptedValue": lambda r: f"{r.accepted_tokens:,} / {r.drafted_tokens:,}",
 }
 
 
-def stored_reply(path: Path) -> dict[str, Any]:
-    """The last reply's figures as the conversation file holds them (read afresh)."""
+def stored_reply(path: Path) -> ReplyRecord:
+    """The last reply's record as the conversation file holds it (read afresh)."""
     with ConversationStore(path) as store:
         (conversation,) = store.list()
         last = store.messages(conversation.id)[-1]
     assert last.role == "assistant"
-    return dict(last.stats or {})
+    return last.record
 
 
 def panel_shows(w: MainWindow) -> dict[str, str]:
@@ -260,8 +259,8 @@ def test_the_panel_shows_the_stored_reply_plain_speculative_and_refused(
     # reply's own rate, so the two figures are one.
     result = reply(qtbot, w)
     plain = stored_reply(conversations)
-    assert result.snapshot.n_drafted == 0 and plain["tokens"] > 0
-    assert plain["baseline_tokens_per_s"] == plain["tokens_per_s"] > 0
+    assert result.snapshot.n_drafted == 0 and plain.tokens
+    assert plain.baseline_tokens_per_s == plain.tokens_per_s and plain.tokens_per_s
     settle({name: show(plain) for name, show in STORED_TILES.items()})
     assert shown(w, "speedupValue").text() == NO_FIGURE
 
@@ -273,11 +272,12 @@ def test_the_panel_shows_the_stored_reply_plain_speculative_and_refused(
     w.worker.delta.connect(deltas.append)
     result = reply(qtbot, w, "Name three colours.")
     spec = stored_reply(conversations)
-    assert spec["drafted_tokens"] > 0 and spec["speedup"] is not None
+    assert spec.drafted_tokens > 0 and spec.speedup is not None
     drafting = [d.snapshot for d in deltas if d.snapshot is not None and d.snapshot.n_drafted]
     assert drafting  # (snapshots while it streamed, after it drafted)
-    assert {s.baseline_tokens_per_s for s in drafting} == {plain["baseline_tokens_per_s"]}
-    assert spec["speedup"] == pytest.approx(spec["tokens_per_s"] / spec["baseline_tokens_per_s"])
+    assert {s.baseline_tokens_per_s for s in drafting} == {plain.baseline_tokens_per_s}
+    assert spec.tokens_per_s and spec.baseline_tokens_per_s
+    assert spec.speedup == pytest.approx(spec.tokens_per_s / spec.baseline_tokens_per_s)
     settle({name: show(spec) for name, show in STORED_TILES.items()})
 
     # A message too long for the context is refused: no reply, so no figure,
@@ -287,8 +287,8 @@ def test_the_panel_shows_the_stored_reply_plain_speculative_and_refused(
     qtbot.waitUntil(lambda: w.findChild(QMessageBox, "errorDialog") is not None, timeout=30_000)
     qtbot.waitUntil(lambda: not w.conversation.streaming, timeout=30_000)
     refused = stored_reply(conversations)
-    assert refused["stop"] == "error" and "too long" in refused["error"]
-    assert not {"tokens_per_s", "baseline_tokens_per_s", "speedup"} & refused.keys()
+    assert refused.stop == "error" and "too long" in (refused.error or "")
+    assert (refused.tokens_per_s, refused.baseline_tokens_per_s, refused.speedup) == (None,) * 3
     tiles = {name: shown(w, name).text() for name in TOOLTIPS}  # every figure of a reply
     assert tiles == dict.fromkeys(TOOLTIPS, NO_FIGURE)
     assert not shown(w, "busyValue").isVisibleTo(w.stats)

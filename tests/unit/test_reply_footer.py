@@ -5,8 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from gambit.engine.gamma.metrics import format_rate
-from gambit.storage.reply_stats import reply_footer, stats_problem
-from gambit.ui.window.reply_record import continued_stats
+from gambit.storage.reply_stats import ReplyRecord, stats_problem
+from gambit.storage.reply_stats import reply_footer as footer_of
+from gambit.ui.window.reply_record import continued_record
+
+
+def reply_footer(stats: dict[str, Any]) -> str:
+    """The footer of a reply whose record was stored as ``stats``."""
+    return footer_of(ReplyRecord.of(stats))
+
 
 FIRST: dict[str, Any] = {
     "stop": "max tokens", "error": None, "tokens": 152, "tokens_per_s": 31.0,
@@ -32,7 +39,7 @@ def test_a_continued_reply_says_which_figures_are_its_last_part_s() -> None:
         **FIRST, "tokens": 40, "tokens_per_s": 1.6, "speedup": 0.03, "drafted_tokens": 21,
         "accepted_tokens": 2,
     }  # fmt: skip
-    stats = continued_stats(FIRST, part)
+    stats = continued_record(ReplyRecord.of(FIRST), ReplyRecord.of(part)).to_json()
     assert stats["tokens"] == 192 and stats["part_tokens"] == 40 and stats["continued"] == 1
     assert stats_problem(stats, 0) is None
     footer = reply_footer(stats)

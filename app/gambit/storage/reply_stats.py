@@ -1,11 +1,12 @@
 """The figures stored with a reply, as they read and as their readers rely on them.
 
-The window stores a dict of figures with each assistant message
-(``gambit.ui.window.reply_record.stats_dict``) and reads it back as the line under the
-reply (``reply_footer``), also written into Markdown exports. A file imported
-from elsewhere may hold any JSON there, so ``stats_problem`` says whether a
-dict has the types these readers assume: keys they know must have them,
-others are kept as they are.
+The window stores a ``ReplyRecord`` with each assistant message (its JSON
+form, ``ReplyRecord.to_json``; ``gambit.ui.window.reply_record.record_of``
+makes it) and reads it back (``ReplyRecord.of``) for the line under the reply
+(``reply_footer``, also written into Markdown exports), the statistics panel
+and Continue. A file imported from elsewhere may hold any JSON there, so
+``stats_problem`` says whether it has the types these readers assume: keys
+they know must have them, others are kept as they are.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gambit.engine.gamma.metrics import format_accepted, format_rate, format_speedup
@@ -66,48 +68,45 @@ CUT_STOPS = frozenset(
 )
 
 
-def reply_footer(stats: Mapping[str, Any] | None) -> str:
-    """The line under a reply, from the figures stored with it (``"tokens"``,
-    ``"tokens_per_s"``, ``"speedup"``, ...: see ``MainWindow``), formatted as
-    the statistics panel and the CLI format them (``gambit.engine.gamma.metrics``).
+def reply_footer(record: ReplyRecord | None) -> str:
+    """The line under a reply, from its stored record, formatted as the
+    statistics panel and the CLI format them (``gambit.engine.gamma.metrics``).
 
     A speedup shows only where one was stored: a reply that drafted nothing
     has none, and replies saved before it was stored are not guessed at. A
     continued reply counts its tokens in all, and says that its other figures
     are its last part's.
     """
-    if not stats:
+    if record is None:
         return ""
-    continued = bool(stats.get("continued"))
+    r = record
+    continued = r.continued > 0
     parts = []
-    if stats.get("tokens") is not None:
-        parts.append(f"{stats['tokens']} tokens" + (" in all" if continued else ""))
+    if r.tokens is not None:
+        parts.append(f"{r.tokens} tokens" + (" in all" if continued else ""))
     figures = []  # (a continued reply's: its last part's)
-    if continued and stats.get("part_tokens") is not None:
-        figures.append(f"{stats['part_tokens']} tokens")
-    if stats.get("tokens_per_s"):
-        figures.append(format_rate(float(stats["tokens_per_s"])))
-    if stats.get("speculation") and stats.get("drafted_tokens"):
-        # (absent from a record another version or a hand edit wrote: none)
-        accepted, drafted = int(stats.get("accepted_tokens", 0)), int(stats["drafted_tokens"])
-        figures.append(format_accepted(accepted, drafted, accepted_by_drafter(stats)))
-    if stats.get("speedup") is not None and stats.get("drafted_tokens"):
-        figures.append(f"{format_speedup(float(stats['speedup']))} vs plain")
-    if stats.get("speedup_withheld") and stats.get("drafted_tokens"):
+    if continued and r.part_tokens is not None:
+        figures.append(f"{r.part_tokens} tokens")
+    if r.tokens_per_s:
+        figures.append(format_rate(r.tokens_per_s))
+    if r.speculation and r.drafted_tokens:
+        figures.append(format_accepted(r.accepted_tokens, r.drafted_tokens, r.accepted_by_drafter))
+    if r.speedup is not None and r.drafted_tokens:
+        figures.append(f"{format_speedup(r.speedup)} vs plain")
+    if r.speedup_withheld and r.drafted_tokens:
         figures.append("no speedup: the load changed")
-    if stats.get("busy") and stats.get("tokens"):
+    if r.busy and r.tokens:
         figures.append("timed while the machine was busy")
     if continued and figures:
         parts.append("last part: " + ", ".join(figures))
     else:
         parts += figures
-    stop = stats.get("stop")
-    if isinstance(stop, str) and stop in STOP_WORDS:
-        parts.append(STOP_WORDS[stop])
+    if r.stop in STOP_WORDS:
+        parts.append(STOP_WORDS[r.stop])
     if continued:
         parts.append("continued")
-    if stats.get("error"):
-        parts.append(f"error: {stats['error']}")
+    if r.error:
+        parts.append(f"error: {r.error}")
     return " · ".join(parts)
 
 
@@ -205,3 +204,114 @@ def stats_problem(stats: Mapping[str, Any], max_drafted: int) -> str | None:
     if sum(stats.get("drafted", ())) > max_drafted:
         return f"drafted covers more than {max_drafted:,} characters"
     return None
+
+
+# ------------------------------------------------------------ the typed record
+# A continued reply's count of parts, and the tokens kept to continue a cut
+# reply (``gambit.storage.prompts.continuing``): stored with the figures.
+CONTINUED = "continued"
+KEPT_TOKENS = "kept_tokens"
+_OWN_KEYS = frozenset({*STATS_KEYS, CONTINUED, KEPT_TOKENS})
+
+
+@dataclass(frozen=True)
+class ReplyRecord:
+    """What is stored with a reply, typed: its figures (the names are those of
+    ``STATS_KEYS``, used alike by storage, the window, the export and the
+    bench), how it ended, the drafted runs that redraw its highlight, the
+    tokens kept to continue it, and how many times it was continued. One JSON
+    form: ``of`` reads it (a value that is not what its readers assume reads
+    as missing, never as another figure), ``to_json`` writes it; keys it does
+    not know (a newer version's) are kept as they were (``extra``)."""
+
+    stop: str | None = None  # a ReplyStop's value (another version's: kept as text)
+    error: str | None = None
+    tokens: int | None = None  # in all, a continued reply's parts together
+    part_tokens: int | None = None  # a continued reply's last part
+    continued: int = 0  # times Continue added a part
+    speculation: bool = False
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_by_drafter: Mapping[str, int] = field(default_factory=dict)
+    acceptance_rate: float | None = None
+    acceptance_by_position: tuple[float, ...] = ()
+    tokens_per_s: float | None = None
+    baseline_tokens_per_s: float | None = None
+    speedup: float | None = None  # None: nothing drafted, no claim
+    ttft_ms: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    gamma: int | None = None
+    gamma_reason: str | None = None
+    busy: str | None = None  # other programs kept the cores busy meanwhile
+    speedup_withheld: str | None = None  # why a reply that drafted claims no speedup
+    threads: str | None = None  # the CPU threads it ran on, and why
+    drafted: tuple[int, ...] = ()  # run lengths of per-character drafted flags
+    series: tuple[tuple[float, float, float, int], ...] = ()  # the panel's chart points
+    kept_tokens: Mapping[str, Any] | None = None  # {"tokenizer", "ids"}: to continue it
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, stats: Mapping[str, Any] | None) -> ReplyRecord:
+        """The record stored as ``stats`` (None: a reply with none)."""
+        if not stats:
+            return cls()
+
+        def value(key: str, default: Any = None) -> Any:
+            found = stored_value(stats, key)
+            return default if found is None else found
+
+        continued = stats.get(CONTINUED, 0)
+        kept = stats.get(KEPT_TOKENS)
+        return cls(
+            stop=value("stop"),
+            error=value("error"),
+            tokens=value("tokens"),
+            part_tokens=value("part_tokens"),
+            continued=continued if isinstance(continued, int) and _count(continued) else 0,
+            speculation=value("speculation", False),
+            drafted_tokens=value("drafted_tokens", 0),
+            accepted_tokens=value("accepted_tokens", 0),
+            accepted_by_drafter=accepted_by_drafter(stats),
+            acceptance_rate=value("acceptance_rate"),
+            acceptance_by_position=tuple(value("acceptance_by_position", ())),
+            tokens_per_s=value("tokens_per_s"),
+            baseline_tokens_per_s=value("baseline_tokens_per_s"),
+            speedup=value("speedup"),
+            ttft_ms=value("ttft_ms"),
+            p50_ms=value("p50_ms"),
+            p99_ms=value("p99_ms"),
+            gamma=value("gamma"),
+            gamma_reason=value("gamma_reason"),
+            busy=value("busy"),
+            speedup_withheld=value("speedup_withheld"),
+            threads=value("threads"),
+            drafted=tuple(value("drafted", ())),
+            series=tuple(
+                (float(t), float(r), float(b), int(g)) for t, r, b, g in value("series", ())
+            ),
+            kept_tokens=kept if isinstance(kept, dict) else None,
+            extra={k: v for k, v in stats.items() if k not in _OWN_KEYS},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as it is stored: the figures under their names (a
+        missing one left out, as readers take it); continued and the kept
+        tokens where set."""
+        out: dict[str, Any] = dict(self.extra)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("extra", CONTINUED, KEPT_TOKENS) or value is None:
+                continue
+            if f.name in ("acceptance_by_position", "drafted"):
+                value = list(value)
+            elif f.name == "series":
+                value = [list(point) for point in value]
+            elif f.name == "accepted_by_drafter":
+                value = dict(value)
+            out[f.name] = value
+        if self.continued:
+            out[CONTINUED] = self.continued
+        if self.kept_tokens is not None:
+            out[KEPT_TOKENS] = dict(self.kept_tokens)
+        return out

@@ -133,8 +133,9 @@ def _conversation_markdown(conv: ConversationSummary, messages: Sequence[StoredM
 
 
 def _reply_note(m: StoredMessage) -> str:
-    footer = reply_footer(m.stats)
-    if m.complete or (m.stats or {}).get("stop") in DELIBERATE_STOPS:
+    record = m.record
+    footer = reply_footer(record)
+    if m.complete or record.stop in DELIBERATE_STOPS:
         return footer
     return " · ".join(part for part in (footer, "unfinished") if part)
 

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gambit.storage.reply_stats import ReplyRecord
+
 Role = Literal["system", "user", "assistant"]
 
 
@@ -43,8 +45,13 @@ class StoredMessage:
     # False: a reply that was stopped or cut off by closing the app, kept as far
     # as it got; the UI marks it and may offer to continue or regenerate.
     complete: bool
-    stats: dict[str, Any] | None  # generation statistics (JSON-compatible) or None
+    stats: dict[str, Any] | None  # a reply's record, as stored (JSON), or None
     created_at: float
+
+    @property
+    def record(self) -> ReplyRecord:
+        """What is stored with it, typed (``ReplyRecord.of``)."""
+        return ReplyRecord.of(self.stats)
 
 
 def completion_text(messages: Sequence[StoredMessage]) -> str:

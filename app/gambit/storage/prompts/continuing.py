@@ -26,9 +26,7 @@ from gambit.engine.text.chat import Message
 from gambit.engine.text.continuation import KeptTokens
 from gambit.storage.chat_store.rows import StoredMessage
 from gambit.storage.prompts.history import prompt_messages
-from gambit.storage.reply_stats import CUT_STOPS
-
-KEPT_TOKENS = "kept_tokens"
+from gambit.storage.reply_stats import CUT_STOPS, KEPT_TOKENS
 
 
 def was_cut(message: StoredMessage) -> bool:
@@ -36,7 +34,7 @@ def was_cut(message: StoredMessage) -> bool:
     ended it (stored incomplete, or stopped by its length or an error)."""
     if message.role != "assistant" or not message.content:
         return False
-    stop = (message.stats or {}).get("stop")
+    stop = message.record.stop
     return not message.complete or stop in CUT_STOPS
 
 

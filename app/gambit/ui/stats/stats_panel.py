@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from PySide6.QtCharts import (
     QChartView,
@@ -39,6 +39,7 @@ from gambit.engine.gamma.metrics import (
     format_sources,
     format_speedup,
 )
+from gambit.storage.reply_stats import ReplyRecord
 from gambit.ui import theme
 from gambit.ui.stats.stats_charts import (
     TIME_UNIT,
@@ -217,17 +218,17 @@ class StatsPanel(QDockWidget):
         self._scope.setVisible(False)  # (live figures need no word: they are the reply's)
         self._reset()
 
-    def show_stored(self, reply_id: int | None, stats: dict[str, Any] | None) -> None:
+    def show_stored(self, reply_id: int | None, record: ReplyRecord | None) -> None:
         """The figures stored with reply ``reply_id`` (a reply selected, or the
         last of a conversation opened); none where it has none."""
         self.clear()
-        figures = stored_figures(stats)
+        figures = stored_figures(record)
         if figures is None:
             return
         snapshot, samples = figures
         self.reply_id = reply_id
         self._samples.extend(samples)
-        continued = bool(stats and stats.get("continued"))
+        continued = record is not None and record.continued > 0
         self._scope.setText(STORED_SCOPE + (CONTINUED_SCOPE if continued else "") + ".")
         self._scope.setVisible(True)
         self.set_snapshot(snapshot)

@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from PySide6.QtCore import QPoint, QUrl, Signal, Slot
 from PySide6.QtGui import (
@@ -49,6 +49,7 @@ from PySide6.QtWidgets import QMenu, QStyle, QTextBrowser, QWidget
 
 from gambit.engine.text.pacing import StreamPacer
 from gambit.storage.documents import Document, format_size, split
+from gambit.storage.reply_stats import ReplyRecord
 from gambit.storage.reply_stats import reply_footer as reply_footer  # (re-exported)
 from gambit.ui.window import markdown
 
@@ -68,7 +69,7 @@ class ChatMessage:
     drafted: list[bool] = field(default_factory=list)
     footer: str = ""  # reply_footer(): "128 tokens · 95.0 tok/s · … · 1.42× vs plain"
     id: int | None = None  # the stored message's (None: not stored)
-    stats: dict[str, Any] | None = None  # the figures stored with a reply (None: none yet)
+    record: ReplyRecord | None = None  # what is stored with a reply (None: none yet)
 
 
 class ChatView(QTextBrowser):

@@ -39,7 +39,7 @@ class PanelFollow(QObject):
         if last is None:
             self.stats.clear()
         else:
-            self.stats.show_stored(last.id, last.stats)
+            self.stats.show_stored(last.id, last.record)
 
     @Slot(object)
     def _on_current(self, index: int | None) -> None:
@@ -47,4 +47,4 @@ class PanelFollow(QObject):
             return
         message = self.chat.messages[index]
         if message.role == "assistant" and message.id != self.stats.reply_id:
-            self.stats.show_stored(message.id, message.stats)
+            self.stats.show_stored(message.id, message.record)

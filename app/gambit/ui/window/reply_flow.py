@@ -14,7 +14,7 @@ the row exists and the request is about to go.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
@@ -24,15 +24,15 @@ from gambit.engine.text.reply import GenerationConfig
 from gambit.qt.reply_stream import ReplyDelta, ReplyResult
 from gambit.qt.worker import EngineWorker
 from gambit.storage.chat_store.rows import StoredMessage, completion_text
-from gambit.storage.prompts.continuing import KEPT_TOKENS, kept_record, kept_tokens
+from gambit.storage.prompts.continuing import kept_record, kept_tokens
 from gambit.storage.prompts.history import prompt_messages
-from gambit.storage.reply_stats import CUT_STOPS, ReplyStop
+from gambit.storage.reply_stats import CUT_STOPS, ReplyRecord, ReplyStop
 from gambit.ui.stats.stats_charts import Sample, sample_of
 from gambit.ui.stats.stats_panel import StatsPanel
 from gambit.ui.stats.stored_figures import series_of
 from gambit.ui.window.chat_view import reply_footer
 from gambit.ui.window.conversation import Conversation
-from gambit.ui.window.reply_record import continued_stats, run_lengths, stats_dict
+from gambit.ui.window.reply_record import continued_record, record_of, run_lengths
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class _Streaming:
     tokenizer: str  # whose tokens ``tokens`` are
     base_text: str = ""
     base_drafted: list[bool] = field(default_factory=list)
-    base_stats: dict[str, Any] | None = None  # None: a new reply
+    base: ReplyRecord | None = None  # None: a new reply
     tokens: list[int] = field(default_factory=list)  # from the deltas, a continued start first
     saved_text: str = ""  # the text as last written
     completion: bool = False  # a part of a completion-mode text (not a chat turn)
@@ -57,7 +57,7 @@ class _Streaming:
 
     @property
     def continued(self) -> bool:
-        return self.base_stats is not None
+        return self.base is not None
 
 
 class ReplyFlow(QObject):
@@ -116,7 +116,7 @@ class ReplyFlow(QObject):
         history = prompt_messages(stored, self.conversation.fallback_prompt(summary))
         tokenizer = info.tokenizer if info else ""
         self._reply = _Streaming(cut.id, tokenizer, shown.text, list(shown.drafted),
-                                 dict(cut.stats or {}), saved_text=shown.text)  # fmt: skip
+                                 ReplyRecord.of(cut.stats), saved_text=shown.text)  # fmt: skip
         self._go()
         self.request_continue.emit(history, config, kept_tokens(cut.stats))
 
@@ -135,11 +135,11 @@ class ReplyFlow(QObject):
 
     # ------------------------------------------------------------- streaming
     def _kept(self, reply: _Streaming, stop: str, tokens: list[int]) -> dict[str, Any]:
-        """The tokens to keep with a reply that ended with ``stop`` (none once it
-        ended on its own: it is not continued)."""
+        """The tokens to keep with a reply that ended with ``stop``, as the
+        record's field (none once it ended on its own: it is not continued)."""
         if stop not in CUT_STOPS or not tokens or not reply.tokenizer or reply.completion:
             return {}  # (a completion goes on from its text: Continue adds a part)
-        return {KEPT_TOKENS: kept_record(KeptTokens(reply.tokenizer, tuple(tokens)))}
+        return {"kept_tokens": kept_record(KeptTokens(reply.tokenizer, tuple(tokens)))}
 
     @Slot()
     def save_partial(self, stop: str = ReplyStop.INTERRUPTED) -> None:
@@ -151,10 +151,12 @@ class ReplyFlow(QObject):
         text, drafted = self.chat.streamed()
         if text == reply.saved_text and stop == ReplyStop.INTERRUPTED:
             return
-        stats = {**(reply.base_stats or {}), "stop": stop, "drafted": run_lengths(drafted)}
-        stats.update(self._kept(reply, stop, reply.tokens))
+        record = replace(
+            reply.base or ReplyRecord(), stop=stop, drafted=tuple(run_lengths(drafted)),
+            **self._kept(reply, stop, reply.tokens),
+        )  # fmt: skip
         try:
-            self.conversation.store.update_message(reply.msg_id, text, False, stats)
+            self.conversation.store.update_message(reply.msg_id, text, False, record.to_json())
         except Exception as exc:
             # Not again for this reply (a locked file would stall the window each
             # time); the write at the end tries once more and says if it fails.
@@ -193,20 +195,22 @@ class ReplyFlow(QObject):
         if reply is None:
             return
         failure: Exception | None = None
-        stats = self._final_stats(reply, result, error)
-        if stats is not None:  # (a continuation without a result has none: see _final_stats)
+        record = self._final_record(reply, result, error)
+        if record is not None:  # (a continuation without a result has none: see there)
             # (no result: what the view received, a new reply's only)
             text = self.chat.streamed()[0] if result is None else reply.base_text + result.text
             complete = result is not None and error is None and not result.stopped_early
             try:
-                self.conversation.store.update_message(reply.msg_id, text, complete, stats)
+                self.conversation.store.update_message(
+                    reply.msg_id, text, complete, record.to_json()
+                )
             except Exception as exc:
                 failure = exc
-        shown = stats if stats is not None else reply.base_stats
+        shown = record if record is not None else reply.base
         try:
             streaming = self.chat.streaming
             if streaming is not None:  # (selected again later, the panel shows these)
-                streaming.stats = shown
+                streaming.record = shown
             self.chat.end_reply(reply_footer(shown))  # as it will read when reopened
             if result is not None and result.snapshot.n_tokens:
                 self.stats.set_snapshot(result.snapshot)  # every figure from this reply
@@ -221,23 +225,24 @@ class ReplyFlow(QObject):
         if failure is not None and not self.conversation.closing:
             self.conversation.report("The reply is shown but could not be saved", failure)
 
-    def _final_stats(
+    def _final_record(
         self, reply: _Streaming, result: ReplyResult | None, error: str | None
-    ) -> dict[str, Any] | None:
-        """The stats to write with the reply's end; None for a continuation that
-        added nothing (the reply stays as it was)."""
-        stats = stats_dict(result, error)
-        if result is not None:
-            stats["series"] = series_of([*reply.samples, sample_of(result.snapshot)])
+    ) -> ReplyRecord | None:
+        """The record to write with the reply's end; None for a continuation
+        that added nothing (the reply stays as it was)."""
+        record = record_of(result, error)
+        series = series_of([*reply.samples, sample_of(result.snapshot)]) if result else ()
         new_drafted = result.drafted if result is not None else ()
-        stats["drafted"] = run_lengths((*reply.base_drafted, *new_drafted))
         tokens = list(result.tokens) if result is not None and result.tokens else reply.tokens
-        stats.update(self._kept(reply, str(stats["stop"]), tokens))
-        if not reply.continued:
-            return stats
+        record = replace(
+            record, series=series, drafted=tuple(run_lengths((*reply.base_drafted, *new_drafted))),
+            **self._kept(reply, record.stop or "", tokens),
+        )  # fmt: skip
+        if reply.base is None:
+            return record
         if result is None or not result.snapshot.n_tokens:
             return None
-        return continued_stats(reply.base_stats, stats)
+        return continued_record(reply.base, record)
 
     def save_on_close(self) -> None:
         """The window closes mid-reply: write what has streamed, before anything

@@ -1,67 +1,63 @@
 """How a reply is stored with its figures, and drawn again from them.
 
-The window writes these dicts with each assistant message and reads them back
-when a conversation is reopened, so the footer and the drafted-text highlight
-look as they did when the reply streamed.
+The window writes a ``ReplyRecord`` with each assistant message and reads it
+back when a conversation is reopened, so the footer, the drafted-text
+highlight and the panel look as they did when the reply streamed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import replace
 
 from gambit.qt.reply_stream import ReplyResult
 from gambit.storage.chat_store.rows import StoredMessage
-from gambit.storage.reply_stats import MAX_DEPTHS, ReplyStop
+from gambit.storage.reply_stats import MAX_DEPTHS, ReplyRecord, ReplyStop
 from gambit.ui.window.chat_view import ChatMessage, reply_footer
 
 
-def stats_dict(result: ReplyResult | None, error: str | None) -> dict[str, Any]:
+def record_of(result: ReplyResult | None, error: str | None) -> ReplyRecord:
+    """The record of a reply that ended with ``result`` (None: nothing came of
+    it) and ``error`` (None: none): its figures as the panel showed them."""
     if result is None:
-        return {"stop": ReplyStop.ERROR, "error": error}
+        return ReplyRecord(stop=ReplyStop.ERROR, error=error)
     s = result.snapshot
-    return {
-        "stop": ReplyStop.ERROR if error else result.stop,
-        "error": error,
-        "tokens": s.n_tokens,
+    return ReplyRecord(
+        stop=ReplyStop.ERROR if error else result.stop,
+        error=error,
+        tokens=s.n_tokens,
         # The figures of gambit.engine.gamma.metrics, as the panel shows them.
-        "tokens_per_s": s.tokens_per_s,
-        "baseline_tokens_per_s": s.baseline_tokens_per_s,
-        "speedup": s.speedup,  # None: nothing drafted, no claim
-        "drafted_tokens": s.n_drafted,
-        "accepted_tokens": s.n_accepted,
-        "accepted_by_drafter": dict(s.accepted_by_drafter),
-        "acceptance_rate": s.acceptance_rate,
-        "ttft_ms": s.ttft_ms,
-        "p50_ms": s.p50_ms,
-        "p99_ms": s.p99_ms,
-        # the controller's last word and the depths' acceptance, for the panel
-        "gamma": s.gamma,
-        "gamma_reason": s.gamma_reason,
-        "acceptance_by_position": [round(a, 4) for a in s.acceptance_by_position[:MAX_DEPTHS]],
-        "busy": s.busy,  # other programs kept the cores busy meanwhile (None: quiet)
-        # why a reply that drafted claims no speedup (None: it claims one, or drafted nothing)
-        "speedup_withheld": s.speedup_withheld,
-        "threads": s.threads,  # the CPU threads it ran on, and why
-        "speculation": result.speculation,
-        # run-length encoded per-character drafted flags, to redraw the highlight
-        "drafted": run_lengths(result.drafted),
-    }
+        tokens_per_s=s.tokens_per_s,
+        baseline_tokens_per_s=s.baseline_tokens_per_s,
+        speedup=s.speedup,
+        drafted_tokens=s.n_drafted,
+        accepted_tokens=s.n_accepted,
+        accepted_by_drafter=dict(s.accepted_by_drafter),
+        acceptance_rate=s.acceptance_rate,
+        ttft_ms=s.ttft_ms,
+        p50_ms=s.p50_ms,
+        p99_ms=s.p99_ms,
+        gamma=s.gamma,
+        gamma_reason=s.gamma_reason,
+        acceptance_by_position=tuple(round(a, 4) for a in s.acceptance_by_position[:MAX_DEPTHS]),
+        busy=s.busy,
+        speedup_withheld=s.speedup_withheld,
+        threads=s.threads,
+        speculation=result.speculation,
+        drafted=tuple(run_lengths(result.drafted)),
+    )
 
 
-def continued_stats(before: dict[str, Any] | None, stats: dict[str, Any]) -> dict[str, Any]:
-    """The stats of a reply after Continue: the figures of its latest part
+def continued_record(before: ReplyRecord, part: ReplyRecord) -> ReplyRecord:
+    """The record of a reply after Continue: the figures of its latest part
     (its tokens as ``part_tokens``, its rate and speedup), the token count of
     the whole reply, and how many times it was continued (the footer says
     "continued", and which figures are the last part's)."""
-    earlier, part = _count(before, "tokens"), _count(stats, "tokens")
-    return {**stats, "tokens": earlier + part, "part_tokens": part,
-            "continued": _count(before, "continued") + 1}  # fmt: skip
-
-
-def _count(stats: dict[str, Any] | None, key: str) -> int:
-    value = (stats or {}).get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    n_part = part.tokens or 0
+    return replace(
+        part, tokens=(before.tokens or 0) + n_part, part_tokens=n_part,
+        continued=before.continued + 1,
+    )  # fmt: skip
 
 
 def run_lengths(flags: tuple[bool, ...]) -> list[int]:
@@ -79,6 +75,7 @@ def run_lengths(flags: tuple[bool, ...]) -> list[int]:
 
 
 def expand(runs: list[int], length: int) -> list[bool]:
+    """Per-character drafted flags from their run lengths (``run_lengths``)."""
     flags: list[bool] = []
     value = False
     for n in runs:
@@ -91,8 +88,8 @@ def shown_messages(stored: Iterable[StoredMessage]) -> list[ChatMessage]:
     """The stored messages as the chat view draws them: footer and highlight included."""
     shown = []
     for m in stored:
-        footer = reply_footer(m.stats) if m.role == "assistant" else ""
-        drafted = list(m.stats.get("drafted", [])) if m.stats else []
-        flags = expand(drafted, len(m.content))
-        shown.append(ChatMessage(m.role, m.content, flags, footer, id=m.id, stats=m.stats))
+        record = ReplyRecord.of(m.stats) if m.role == "assistant" else None
+        footer = reply_footer(record) if record is not None else ""
+        flags = expand(list(record.drafted) if record else [], len(m.content))
+        shown.append(ChatMessage(m.role, m.content, flags, footer, id=m.id, record=record))
     return shown
