@@ -63,11 +63,11 @@ def test_cell_figures_compare_adaptive_with_the_best_fixed_policy() -> None:
     cell.totals[fixed_mode(2)].add(_stats(100, 0.9))
     cell.totals[fixed_mode(8)].add(_stats(100, 0.5, (True,) * 8))
     f = cell_figures(cell, costs(0.0, 0.0))
-    assert f["best_fixed"] == "fixed=8"
-    assert f["best_fixed_speedup"] == pytest.approx(2.0)
-    assert f["adaptive_speedup"] == pytest.approx(1.25)
-    assert f["adaptive_vs_best_fixed"] == pytest.approx(0.625)
-    assert f["bound"] == pytest.approx(9.0)
+    assert f.best_fixed == "fixed=8"
+    assert f.best_fixed_speedup == pytest.approx(2.0)
+    assert f.adaptive_speedup == pytest.approx(1.25)
+    assert f.adaptive_vs_best_fixed == pytest.approx(0.625)
+    assert f.bound == pytest.approx(9.0)
 
 
 def _report(drafter: str, c: CostModel, suites: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +87,11 @@ def test_markdown_table_has_a_row_per_suite() -> None:
     for mode in (TARGET_ONLY, "adaptive", fixed_mode(4)):
         cell.totals[mode].add(_stats(10, 1.0))
     c = costs(0.1, 0.3)
-    report = _report("lookup", c, {"ALL": cell_figures(cell, c), "chat": cell_figures(cell, c)})
+    report = _report(
+        "lookup",
+        c,
+        {"ALL": cell_figures(cell, c).to_json(), "chat": cell_figures(cell, c).to_json()},
+    )
     report["pairs"].append({"target": "F16", "drafter": "layerskip", "skipped": "no draft"})
     rows = markdown_table(report).splitlines()
     assert len(rows) == 2 + 2
@@ -102,12 +106,12 @@ def test_comparisons_not_run_are_shown_as_missing_not_as_zero() -> None:
     cell.totals["adaptive"].add(_stats(100, 0.4))
     c = costs(0.1, 0.3)
     f = cell_figures(cell, c)
-    assert f["best_fixed"] is None and f["best_fixed_speedup"] is None
-    assert f["adaptive_vs_best_fixed"] is None and f["best_fixed_end_to_end"] is None
-    assert f["bound"] is None and f["bound_gamma_max"] is None
-    assert f["adaptive_vs_held_out_fixed"] is None and f["ttft_ratio"] is None
-    assert f["adaptive_speedup"] == pytest.approx(2.5)
-    table = markdown_table(_report("draft", c, {"ALL": f})).splitlines()
+    assert f.best_fixed is None and f.best_fixed_speedup is None
+    assert f.adaptive_vs_best_fixed is None and f.best_fixed_end_to_end is None
+    assert f.bound is None and f.bound_gamma_max is None
+    assert f.adaptive_vs_held_out_fixed is None and f.ttft_ratio is None
+    assert f.adaptive_speedup == pytest.approx(2.5)
+    table = markdown_table(_report("draft", c, {"ALL": f.to_json()})).splitlines()
     header, row = table[0].split(" | "), table[2].split(" | ")
     cells = dict(zip(header, row, strict=True))
     missing = ("best fixed", "adapt/best (95 %)", "adapt/held-out best", "bound", "adapt/bound")
@@ -123,18 +127,18 @@ def test_parts_timed_at_context_replace_the_calibration() -> None:
     cell.rounds[4].n, cell.rounds[4].seconds = 10, 10 * 0.060
     # Calibrated: 10 ms per token, a draft step of 3 ms, t(5) = 14 ms → parts 26 ms.
     calibrated = costs(0.1, 0.3)
-    assert cell_figures(cell, calibrated)["round_efficiency"]["4"] == pytest.approx(0.026 / 0.060)
+    assert cell_figures(cell, calibrated).round_efficiency["4"] == pytest.approx(0.026 / 0.060)
     # Timed mid-reply (medians per reply, median over replies): t1 20 ms,
     # t(5) 36 ms, a draft step of 6 ms → parts 60 ms, as the rounds took.
     cell.parts.target[1] += [0.019, 0.020, 0.030]
     cell.parts.target[5] += [0.036, 0.035, 0.037]
     cell.parts.draft += [0.006, 0.005, 0.007]
     f = cell_figures(cell, calibrated)
-    assert f["round_efficiency"]["4"] == pytest.approx(1.0)
-    assert f["round_ms"]["4"] == {"round": pytest.approx(60.0), "parts": pytest.approx(60.0)}
-    assert f["costs_at_context"]["t1_ms"] == pytest.approx(20.0)
-    assert f["costs_at_context"]["t_ratio"]["5"] == pytest.approx(1.8)
-    assert f["costs_at_context"]["draft_ratio"] == pytest.approx(0.3)
+    assert f.round_efficiency["4"] == pytest.approx(1.0)
+    assert f.round_ms["4"] == {"round": pytest.approx(60.0), "parts": pytest.approx(60.0)}
+    assert f.costs_at_context["t1_ms"] == pytest.approx(20.0)
+    assert f.costs_at_context["t_ratio"]["5"] == pytest.approx(1.8)
+    assert f.costs_at_context["draft_ratio"] == pytest.approx(0.3)
 
 
 def test_a_drafter_without_a_model_costs_nothing_per_step() -> None:
@@ -160,11 +164,11 @@ def test_end_to_end_counts_the_prompt_reading_fixed_policies_always_pay() -> Non
     cell.totals[fixed_mode(4)].add(run(0.8, 1.0))
     cell.totals["adaptive"].add(run(1.0, 0.5))
     f = cell_figures(cell, costs(0.1, 0.3))
-    assert f["best_fixed_speedup"] == pytest.approx(1.25)
-    assert f["adaptive_vs_best_fixed"] == pytest.approx(0.8)
-    assert f["best_fixed_end_to_end"] == pytest.approx(1.5 / 1.8)
-    assert f["adaptive_end_to_end"] == pytest.approx(1.0)
-    assert f["adaptive_vs_best_fixed_end_to_end"] == pytest.approx(1.8 / 1.5)
+    assert f.best_fixed_speedup == pytest.approx(1.25)
+    assert f.adaptive_vs_best_fixed == pytest.approx(0.8)
+    assert f.best_fixed_end_to_end == pytest.approx(1.5 / 1.8)
+    assert f.adaptive_end_to_end == pytest.approx(1.0)
+    assert f.adaptive_vs_best_fixed_end_to_end == pytest.approx(1.8 / 1.5)
 
 
 def test_targets_name_their_type_and_how_many_times_their_blocks() -> None:
@@ -201,9 +205,9 @@ def test_the_bound_covers_the_longest_chain_and_ttft_is_compared() -> None:
     for k in range(1, 18):
         c.set_target(k, 0.010)  # free batches, a free drafter: every position pays
     f = cell_figures(cell, c)
-    assert f["bound_gamma_max"] == 16 and f["bound"] == pytest.approx(17.0)
-    assert f["ttft_ratio"] == pytest.approx(1.1)
-    assert f["best_fixed"] == "fixed=16"
+    assert f.bound_gamma_max == 16 and f.bound == pytest.approx(17.0)
+    assert f.ttft_ratio == pytest.approx(1.1)
+    assert f.best_fixed == "fixed=16"
 
 
 def test_cell_figures_name_the_worst_prompt() -> None:
@@ -215,8 +219,10 @@ def test_cell_figures_name_the_worst_prompt() -> None:
     for mode in cell.prompt_rates:
         cell.totals[mode].add(_stats(10, 1.0))
     figures = cell_figures(cell, costs(0.1, 0.3))
-    assert figures["worst_prompt"]["prompt"] == "prose #1"
-    assert figures["worst_prompt"]["judged"][1] == pytest.approx(11 / 24)
-    report = {"pairs": [{"target": "F32x4", "drafter": "draft", "suites": {"ALL": figures}}]}
+    assert figures.worst_prompt["prompt"] == "prose #1"
+    assert figures.worst_prompt["judged"][1] == pytest.approx(11 / 24)
+    report = {
+        "pairs": [{"target": "F32x4", "drafter": "draft", "suites": {"ALL": figures.to_json()}}]
+    }
     lines = per_prompt_lines(report)
     assert lines[2].split() == ["prose", "#1", "1.10x", "fixed=8", "2.40x", "0.46"]

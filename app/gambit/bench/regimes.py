@@ -49,7 +49,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +170,46 @@ def _per_prompt(cell: Cell, fixed: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SuiteFigures:
+    """One suite's figures in a row of the regimes report: every mode's, and
+    the comparisons. None wherever nothing was run to compare with
+    (``--fixed none``; no fixed chain for the bound; no first token timed):
+    the report shows "-", never a 0.00x or 1.00x. ``to_json`` is the report's
+    form (the tables and charts read it from a saved report too)."""
+
+    modes: dict[str, dict[str, Any]]  # each mode's figures (ModeTotals.figures + speedups)
+    # prompt by prompt: adaptive ÷ the best fixed γ for that prompt (and the
+    # worst of them: what a user who tuned γ per prompt would have beaten it by)
+    per_prompt: list[dict[str, Any]]
+    worst_prompt: dict[str, Any] | None
+    best_fixed: str | None
+    best_fixed_speedup: float | None
+    best_fixed_end_to_end: float | None
+    adaptive_speedup: float
+    adaptive_end_to_end: float
+    # its 95 % interval, prompt by prompt (where nothing pays: is a loss noise?)
+    adaptive_speedup_interval: list[float] | None
+    adaptive_vs_best_fixed: float | None
+    adaptive_vs_best_fixed_end_to_end: float | None
+    # prompt by prompt: the geometric mean and its 95 % interval (gambit.bench.paired)
+    adaptive_vs_best_fixed_interval: list[float] | None
+    # against the best fixed policy chosen on the other half of the prompts
+    adaptive_vs_held_out_fixed: float | None
+    bound: float | None  # what the costs allow the longest fixed chain's acceptance
+    bound_gamma_max: int | None
+    alpha: list[float]
+    ttft_ratio: float | None
+    round_efficiency: dict[str, float]  # by γ: the parts' times ÷ a round's
+    round_ms: dict[str, dict[str, float]]
+    costs_at_context: dict[str, Any]
+    divergence: str | None  # "diverged/compared" greedy replies, where compared
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
     """The per-cell report: every mode's figures plus the comparisons."""
     costs = costs_at_context(cell, calibrated)
     base = cell.totals[TARGET_ONLY].figures()
@@ -189,9 +228,6 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
     fixed = {m: f for m, f in modes.items() if m.startswith("fixed=")}
     best_fixed = max(fixed, key=lambda m: fixed[m]["speedup"]) if fixed else None
     adaptive = modes.get("adaptive", {})
-    # None wherever nothing was run to compare with (``--fixed none``; no fixed
-    # chain for the bound; no first token timed): the report shows "-", never
-    # a 0.00x or 1.00x.
     best = fixed[best_fixed]["speedup"] if best_fixed else None
     # End to end, a draft model's prompt reading counts: the adaptive policy
     # may skip it (and drafting) where it would not pay, a fixed one never does.
@@ -220,36 +256,32 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> dict[str, Any]:
         else None
     )
     per_prompt = _per_prompt(cell, list(fixed))
-    return {
-        "modes": modes,
-        # prompt by prompt: adaptive ÷ the best fixed γ for that prompt (and the
-        # worst of them: what a user who tuned γ per prompt would have beaten it by)
-        "per_prompt": per_prompt,
-        "worst_prompt": min(per_prompt, key=_judged_ratio, default=None),
-        "adaptive_end_to_end": adaptive_e2e,
-        "best_fixed": best_fixed,
-        "best_fixed_speedup": best,
-        "best_fixed_end_to_end": best_e2e,
-        "adaptive_speedup": adaptive.get("speedup", 0.0),
-        # its 95 % interval, prompt by prompt (where nothing pays: is a loss noise?)
-        "adaptive_speedup_interval": list(over_plain[1:]) if over_plain else None,
-        "adaptive_vs_best_fixed": adaptive.get("speedup", 0.0) / best if best else None,
-        "adaptive_vs_best_fixed_end_to_end": adaptive_e2e / best_e2e if best_e2e else None,
-        # prompt by prompt: the geometric mean and its 95 % interval (gambit.bench.paired)
-        "adaptive_vs_best_fixed_interval": list(paired[1:]) if paired else None,
-        # against the best fixed policy chosen on the other half of the prompts
+    adaptive_speedup = adaptive.get("speedup", 0.0)
+    return SuiteFigures(
+        modes=modes,
+        per_prompt=per_prompt,
+        worst_prompt=min(per_prompt, key=_judged_ratio, default=None),
+        best_fixed=best_fixed,
+        best_fixed_speedup=best,
+        best_fixed_end_to_end=best_e2e,
+        adaptive_speedup=adaptive_speedup,
+        adaptive_end_to_end=adaptive_e2e,
+        adaptive_speedup_interval=list(over_plain[1:]) if over_plain else None,
+        adaptive_vs_best_fixed=adaptive_speedup / best if best else None,
+        adaptive_vs_best_fixed_end_to_end=adaptive_e2e / best_e2e if best_e2e else None,
+        adaptive_vs_best_fixed_interval=list(paired[1:]) if paired else None,
         # (0.0 from held_out_ratio: too few prompts or no fixed policy)
-        "adaptive_vs_held_out_fixed": held_out_ratio(rates, "adaptive", list(fixed)) or None,
+        adaptive_vs_held_out_fixed=held_out_ratio(rates, "adaptive", list(fixed)) or None,
         # a fixed chain that never drafted: nothing to gain, plain decoding
-        "bound": (cost_bound(alpha, costs, gamma_bound) if alpha else 1.0) if probe else None,
-        "bound_gamma_max": gamma_bound if probe else None,
-        "alpha": list(alpha),
-        "ttft_ratio": adaptive.get("ttft_ms", 0.0) / base_ttft if base_ttft else None,
-        "round_efficiency": efficiency,
-        "round_ms": round_ms,
-        "costs_at_context": cost_summary(costs),
-        "divergence": f"{cell.diverged}/{cell.compared}" if cell.compared else None,
-    }
+        bound=(cost_bound(alpha, costs, gamma_bound) if alpha else 1.0) if probe else None,
+        bound_gamma_max=gamma_bound if probe else None,
+        alpha=list(alpha),
+        ttft_ratio=adaptive.get("ttft_ms", 0.0) / base_ttft if base_ttft else None,
+        round_efficiency=efficiency,
+        round_ms=round_ms,
+        costs_at_context=cost_summary(costs),
+        divergence=f"{cell.diverged}/{cell.compared}" if cell.compared else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -498,7 +530,9 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
                     "calibration": cost_summary(costs),
                     **facts.as_dict(),
                     "source": args.source.name,
-                    "suites": {s: cell_figures(c, costs) for s, c in sorted(cells.items())},
+                    "suites": {
+                        s: cell_figures(c, costs).to_json() for s, c in sorted(cells.items())
+                    },
                 }
             )
     return report
