@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,15 @@ def reader_of(path: Path) -> gguf.GGUFReader:
 
 
 def copy_gguf(
-    reader: gguf.GGUFReader, dst: Path, edit: Callable[[str, Any], Any] | None = None
+    reader: gguf.GGUFReader,
+    dst: Path,
+    edit: Callable[[str, Any], Any] | None = None,
+    add_u32: Mapping[str, int] | None = None,
 ) -> Path:
     """Copy a model field by field and tensor by tensor with gguf's writer (as
     gguf's own gguf_new_metadata.py script does); ``edit(name, value)`` may
-    return a changed value for any metadata field."""
+    return a changed value for any metadata field, and ``add_u32`` adds
+    whole-number fields it does not have."""
     arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
     writer = gguf.GGUFWriter(dst, arch)
     for fld in reader.fields.values():
@@ -41,6 +45,8 @@ def copy_gguf(
         if edit is not None:
             value = edit(fld.name, value)
         writer.add_key_value(fld.name, value, vtype, sub_type=sub_type)
+    for name, number in (add_u32 or {}).items():
+        writer.add_uint32(name, number)
     for t in reader.tensors:
         writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
     writer.write_header_to_file()

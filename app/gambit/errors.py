@@ -56,6 +56,10 @@ class ContextOverflowError(GambitError):
     """The prompt does not fit in the context window, even after trimming history."""
 
 
+class NoInfillError(GambitError):
+    """The model declares no fill-in-the-middle tokens, so it cannot fill in a middle."""
+
+
 class NoChatTemplateError(GambitError):
     """The model carries no chat template, so chat messages cannot be formatted."""
 

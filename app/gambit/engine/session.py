@@ -53,7 +53,7 @@ from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
 from gambit.engine.machine.target_host import HostedRuntime, open_target
 from gambit.engine.machine.threads import ThreadCount
 from gambit.engine.text.chat import ChatPrompt, ChatPromptBuilder, Message
-from gambit.engine.text.completion import completion_prompt
+from gambit.engine.text.completion import completion_tokens
 from gambit.engine.text.continuation import KeptTokens, resume_tokens
 from gambit.engine.text.reply import GenerationConfig, Round, StopReason
 from gambit.engine.text.template_sandbox import RenderCancelledError
@@ -555,14 +555,14 @@ class Engine:
             self.chat_builder.remember(prompt, self.decoder.context)
 
     def complete(
-        self, text: str, config: GenerationConfig, cancel: threading.Event | None = None
+        self, text: str | list[int], config: GenerationConfig, cancel: threading.Event | None = None
     ) -> Iterator[Round]:
         """Plain completion of ``text`` (base models, no chat template), its
-        start left out where it does not fit (``completion_prompt``)."""
-        target = self.target
-        tokens = target.tokenize(text, add_special=True, parse_special=False)
-        tokens = completion_prompt(tokens, target.bos_token, target.n_ctx, config.max_tokens)
-        yield from self._generate(tokens, config, cancel)
+        start left out where it does not fit; or of a prompt already built
+        with ``completion_tokens`` (the middle between two texts included)."""
+        if isinstance(text, str):
+            text = completion_tokens(self.target, text, None, config.max_tokens)
+        yield from self._generate(text, config, cancel)
 
     def _generate(
         self,

@@ -37,6 +37,10 @@ class WorkerHost(QObject):
         info = self._info()
         return info.n_ctx if info is not None else 0
 
+    def fills_in_the_middle(self) -> bool:
+        info = self._info()
+        return info is not None and info.fills_in_the_middle
+
     def submit(self, job: Job) -> None:
         self.submitted.emit(job)
 

@@ -25,6 +25,7 @@ from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 from gambit.engine.drafters.registry import DRAFTERS, DrafterKind
 from gambit.engine.machine.backend import BackendInfo, detect_backend
 from gambit.engine.machine.busy import LoadMeter
+from gambit.engine.machine.fim import fim_tokens
 from gambit.engine.machine.placement import TargetPlacement, describe_costs
 from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.machine.target_host import WorkerLostError
@@ -73,6 +74,7 @@ class EngineInfo:
     # Whether the target has a chat template (else it completes text only: a
     # base model, whose conversations open in completion mode).
     chat_template: bool = True
+    fills_in_the_middle: bool = False  # it declares FIM tokens (the server's suffix)
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ class EngineWorker(QObject):
                 target_costs=describe_costs(engine.costs),  # (as measured at this load)
                 tokenizer=engine.tokenizer_fingerprint,
                 chat_template=bool(engine.target.chat_template()),
+                fills_in_the_middle=fim_tokens(engine.target) is not None,
             )
             self.loaded.emit(info)
             self._recall(engine)  # (a long history is read while the user types)

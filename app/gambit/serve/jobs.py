@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gambit.engine.gamma.metrics import MetricsTracker
+from gambit.engine.machine.fim import fim_tokens
 from gambit.engine.session import Engine
 from gambit.engine.text.chat import Message
+from gambit.engine.text.completion import completion_tokens
 from gambit.engine.text.reply import GenerationConfig, StopReason
 from gambit.engine.text.template_sandbox import RenderCancelledError
 from gambit.errors import ContextOverflowError, GambitError
@@ -75,9 +77,18 @@ class Outcome:
     status: int = 200
 
 
+@dataclass(frozen=True)
+class TextPrompt:
+    """A completion's prompt (``/v1/completions``): text to continue as it is,
+    or with ``suffix`` the middle between the two (fill-in-the-middle)."""
+
+    text: str
+    suffix: str | None = None
+
+
 @dataclass
 class Job:
-    messages: Sequence[Message]
+    prompt: Sequence[Message] | TextPrompt  # a chat's messages, or a completion's text
     config: GenerationConfig
     on_text: Callable[[str], None]
     on_done: Callable[[Outcome], None]
@@ -96,6 +107,10 @@ class EngineHost(Protocol):
 
     def context_size(self) -> int:
         """The loaded target's context window, in tokens (0: none loaded)."""
+        ...
+
+    def fills_in_the_middle(self) -> bool:
+        """Whether the loaded target declares fill-in-the-middle tokens."""
         ...
 
     def submit(self, job: Job) -> None:
@@ -135,23 +150,29 @@ def run_job(engine: Engine, job: Job) -> None:
 def _generate(engine: Engine, job: Job) -> Outcome:
     if job.cancel.is_set():
         return Outcome(finish_reason="cancelled")
-    try:
-        prompt = engine.chat_builder.build(
-            job.messages, reserve=job.config.max_tokens, cancel=job.cancel
-        )
-    except RenderCancelledError:  # the client went away while the chat template rendered
-        return Outcome(finish_reason="cancelled")
-    if prompt.n_dropped:
-        # The window leaves the oldest turns out; a client asked for all of it.
-        raise ContextOverflowError(
-            f"the conversation needs more than the {engine.target.n_ctx:,} tokens of "
-            f"the context window with {job.config.max_tokens:,} kept for the reply: "
-            "shorten it or lower max_tokens"
-        )
+    if isinstance(job.prompt, TextPrompt):
+        asked = job.prompt
+        tokens = completion_tokens(engine.target, asked.text, asked.suffix, job.config.max_tokens)
+        rounds = engine.complete(tokens, job.config, job.cancel)
+    else:
+        try:
+            prompt = engine.chat_builder.build(
+                job.prompt, reserve=job.config.max_tokens, cancel=job.cancel
+            )
+        except RenderCancelledError:  # the client went away while the chat template rendered
+            return Outcome(finish_reason="cancelled")
+        if prompt.n_dropped:
+            # The window leaves the oldest turns out; a client asked for all of it.
+            raise ContextOverflowError(
+                f"the conversation needs more than the {engine.target.n_ctx:,} tokens of "
+                f"the context window with {job.config.max_tokens:,} kept for the reply: "
+                "shorten it or lower max_tokens"
+            )
+        tokens, rounds = prompt.tokens, engine.reply_to(prompt, job.config, job.cancel)
     tracker = MetricsTracker()
     finish = "stop"
     gammas: list[int] = []
-    for rnd in engine.reply_to(prompt, job.config, job.cancel):
+    for rnd in rounds:
         tracker.add(rnd)
         if rnd.n_drafted:
             gammas.append(rnd.n_drafted - rnd.n_side)
@@ -167,7 +188,7 @@ def _generate(engine: Engine, job: Job) -> Outcome:
     if job.on_snapshot is not None:
         job.on_snapshot(snapshot)
     figures = ServedFigures(
-        prompt_tokens=len(prompt.tokens),
+        prompt_tokens=len(tokens),
         completion_tokens=stats.n_tokens,
         drafted=stats.n_drafted,
         accepted=stats.n_accepted,
@@ -201,6 +222,9 @@ class ThreadHost:
 
     def context_size(self) -> int:
         return int(self.engine.target.n_ctx)
+
+    def fills_in_the_middle(self) -> bool:
+        return fim_tokens(self.engine.target) is not None
 
     def submit(self, job: Job) -> None:
         self._jobs.put(job)

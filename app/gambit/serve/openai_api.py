@@ -6,6 +6,11 @@
   (or ``max_completion_tokens``), ``stop``, ``seed``; the model's chat
   template, as in the window. Each response, and a stream's last chunk,
   carries the speculation figures under ``"gambit"``;
+- ``POST /v1/completions``: a raw completion of ``prompt`` (base models
+  too), or with ``suffix`` the middle between the two (fill-in-the-middle,
+  laid out with the FIM tokens the model declares; a 400 naming ``suffix``
+  for a model without them), with ``echo``, ``stream`` and the sampling
+  fields above; one choice, no ``logprobs``;
 - ``GET /metrics``: Prometheus text (``gambit.serve.prometheus``).
 
 Safe by default: an API key, when set, is required on every route
@@ -38,7 +43,7 @@ from starlette.routing import Route
 from gambit.engine.text.chat import Message
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
-from gambit.serve.jobs import EngineHost, Job, Outcome
+from gambit.serve.jobs import EngineHost, Job, Outcome, TextPrompt
 from gambit.serve.prometheus import ServeMetrics
 from gambit.words import counted
 
@@ -46,6 +51,7 @@ BODY_MAX_BYTES = 4 * 1024 * 1024
 MAX_TOKENS_LIMIT = 32768  # as the settings' Max tokens
 STOP_MAX = 4  # as OpenAI's API
 ROLES = ("system", "user", "assistant")
+GENERATING_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,7 @@ def create_app(host: EngineHost, options: ServeOptions, metrics: ServeMetrics) -
     routes = [
         Route("/v1/models", api.guard(api.models), methods=["GET"]),
         Route("/v1/chat/completions", api.guard(api.chat), methods=["POST"]),
+        Route("/v1/completions", api.guard(api.completions), methods=["POST"]),
         Route("/metrics", api.guard(api.metrics_text), methods=["GET"]),
     ]
     return Starlette(routes=routes, middleware=middleware)
@@ -127,7 +134,7 @@ class _Api:
                 response: Response = await endpoint(request)
             except ApiError as exc:
                 response = exc.response()
-            if request.url.path == "/v1/chat/completions":
+            if request.url.path in GENERATING_PATHS:
                 self.metrics.request(response.status_code)
             return response
 
@@ -158,9 +165,38 @@ class _Api:
         # The body's shape first: a malformed request is a 400 naming its
         # field, whichever model it asks for.
         messages = _messages(body.get("messages"))
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise _invalid("stream must be true or false.", "stream")
+        stream = _flag(body, "stream")
+        model = self._model(body)
+        config = self._config(body)  # (max_tokens is checked against the model's context)
+        return await self._serve(request, messages, config, stream, _Reply(model))
+
+    async def completions(self, request: Request) -> Response:
+        body = await _json_body(request)
+        text = _prompt(body.get("prompt"))
+        suffix = body.get("suffix")
+        if suffix is not None and not isinstance(suffix, str):
+            raise _invalid("suffix must be text.", "suffix")
+        stream, echo = _flag(body, "stream"), _flag(body, "echo")
+        for name in ("n", "best_of"):
+            if body.get(name, 1) != 1:
+                raise _invalid(f"{name} must be 1: one completion per request.", name)
+        if body.get("logprobs") is not None:
+            raise _invalid("logprobs are not returned by this server; leave it out.", "logprobs")
+        model = self._model(body)
+        if suffix is not None and not self.host.fills_in_the_middle():
+            raise _invalid(
+                f"suffix needs a model trained to fill in the middle: {model} declares no "
+                "fill-in-the-middle tokens. Leave suffix out to continue the prompt.",
+                "suffix",
+            )
+        if echo and suffix is not None:
+            raise _invalid("echo cannot be used with suffix.", "echo")
+        config = self._config(body)
+        reply = _Reply(model, chat=False, echo=text if echo else "")
+        return await self._serve(request, TextPrompt(text, suffix), config, stream, reply)
+
+    def _model(self, body: dict[str, Any]) -> str:
+        """The loaded model's name, which the request must ask for."""
         asked = body.get("model")
         if not isinstance(asked, str):
             raise _invalid("model must be the model's name, as GET /v1/models lists it.", "model")
@@ -172,7 +208,17 @@ class _Api:
                 404, f"The model {asked!r} does not exist here: this server has {model!r}.",
                 "invalid_request_error", "model", "model_not_found",
             )  # fmt: skip
-        config = self._config(body)  # (max_tokens is checked against the model's context)
+        return model
+
+    async def _serve(
+        self,
+        request: Request,
+        prompt: list[Message] | TextPrompt,
+        config: GenerationConfig,
+        stream: bool,
+        reply: _Reply,
+    ) -> Response:
+        """Queue the job and answer with its reply, whole or streamed."""
         if self.pending >= self.options.queue_max:
             raise ApiError(
                 429, f"{counted(self.pending, 'request')} running or waiting; try again shortly.",
@@ -184,8 +230,7 @@ class _Api:
             self.metrics.finished(outcome)  # counted even when nobody reads it any more
             queue.put(outcome)
 
-        job = Job(messages, config, on_text=queue.put, on_done=done)
-        reply = _Reply(model)
+        job = Job(prompt, config, on_text=queue.put, on_done=done)
         self.pending += 1
         self.metrics.started()
         self.host.submit(job)
@@ -239,18 +284,18 @@ class _Api:
 
     async def _stream(self, job: Job, queue: _Queue, reply: _Reply) -> AsyncIterator[str]:
         try:
-            yield _event(reply.chunk({"role": "assistant", "content": ""}))
+            yield _event(reply.chunk(reply.text, first=True))  # (a chat's role; an echo)
             while True:
                 item = await queue.items.get()
                 if isinstance(item, str):
-                    yield _event(reply.chunk({"content": item}))
+                    yield _event(reply.chunk(item))
                     continue
                 try:
                     outcome = self._finished(item)
                 except ApiError as exc:
                     yield _event(exc.body())
                 else:
-                    yield _event(reply.chunk({}, outcome))
+                    yield _event(reply.chunk("", outcome))
                 yield "data: [DONE]\n\n"
                 return
         finally:  # also when the client went away: its reply stops within a round
@@ -267,28 +312,47 @@ class _Api:
 
 
 class _Reply:
-    """The response's fixed parts and the text so far."""
+    """The response's fixed parts and the text so far: a chat completion's, or
+    (``chat`` False) a text completion's, which starts with ``echo``."""
 
-    def __init__(self, model: str) -> None:
-        self.id = f"chatcmpl-{secrets.token_hex(12)}"
+    def __init__(self, model: str, chat: bool = True, echo: str = "") -> None:
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}"
         self.created = int(time.time())
         self.model = model
-        self.text = ""
+        self.chat = chat
+        self.text = echo
 
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     def whole(self, outcome: Outcome) -> JSONResponse:
-        message = {"role": "assistant", "content": self.text}
-        body = self._head("chat.completion")
-        body["choices"] = [{"index": 0, "message": message, "finish_reason": outcome.finish_reason}]
+        if self.chat:
+            body = self._head("chat.completion")
+            message = {"role": "assistant", "content": self.text}
+            choice = {"index": 0, "message": message, "finish_reason": outcome.finish_reason}
+        else:
+            body = self._head("text_completion")
+            choice = {"index": 0, "text": self.text, "logprobs": None,
+                      "finish_reason": outcome.finish_reason}  # fmt: skip
+        body["choices"] = [choice]
         body |= _tail(outcome)
         return JSONResponse(body)
 
-    def chunk(self, delta: dict[str, Any], outcome: Outcome | None = None) -> dict[str, Any]:
-        body = self._head("chat.completion.chunk")
+    def chunk(
+        self, text: str, outcome: Outcome | None = None, first: bool = False
+    ) -> dict[str, Any]:
+        """A stream's next piece of ``text`` (the ``first`` chunk of a chat also
+        names the role; the last carries ``outcome``)."""
         finish = outcome.finish_reason if outcome is not None else None
-        body["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
+        if self.chat:
+            body = self._head("chat.completion.chunk")
+            delta = {"role": "assistant", "content": text} if first else {"content": text}
+            choice: dict[str, Any] = {"index": 0, "delta": delta if text or first else {}}
+        else:
+            body = self._head("text_completion")
+            choice = {"index": 0, "text": text, "logprobs": None}
+        choice["finish_reason"] = finish
+        body["choices"] = [choice]
         if outcome is not None:
             body |= _tail(outcome)
         return body
@@ -390,3 +454,19 @@ def _stops(value: object) -> tuple[str, ...]:
     if len(stops) > STOP_MAX:
         raise _invalid(f"stop takes at most {STOP_MAX} texts.", "stop")
     return tuple(stops)
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise _invalid(f"{name} must be true or false.", name)
+    return value
+
+
+def _prompt(value: object) -> str:
+    """A completion's prompt: text, or a list of one text."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, str):
+        raise _invalid("prompt must be text (or a list of one text).", "prompt")
+    return value
