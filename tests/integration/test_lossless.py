@@ -23,6 +23,7 @@ import pytest
 from scipy.stats import chisquare
 
 from gambit.engine.decoder import SpeculativeDecoder
+from gambit.engine.drafters.base import Option
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
@@ -188,8 +189,8 @@ class TakingTurns(FixedGamma):
     def start_reply(self, n_context: int) -> None:
         self.turn += 1
 
-    def choose(self, hints: Sequence[int]) -> int:
-        return hints[self.turn % len(hints)]
+    def choose(self, options: Sequence[Option]) -> Option:
+        return options[self.turn % len(options)]
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from gambit.bench import (
 )
 from gambit.cli.chats import add_chats_parser, run_chats
 from gambit.cli.models import add_models_parser, run_models
+from gambit.cli.reply_shape import add_shape_args, reply_grammar
 from gambit.cli.serve import add_serve_args, serve
 from gambit.cli.setting_flags import add_setting_flags, dest, settings_from_args
 from gambit.cli.stop_signals import StopSignals
@@ -42,6 +43,7 @@ from gambit.engine.machine.busy import LoadMeter
 from gambit.engine.machine.limits import positive_int_arg
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.text.chat import Message
+from gambit.engine.text.grammar import GrammarError
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
@@ -116,6 +118,7 @@ def _add_generate_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser
         help="plain completion of PROMPT (no chat template; for base models)",
     )
     gen.add_argument("--system", default=None, help="system message")
+    add_shape_args(gen)
     gen.add_argument(
         "--policy",
         choices=["adaptive", "fixed", "off"],
@@ -386,8 +389,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     # Ctrl-C or SIGTERM stops the reply at the next round, or the layer-skip
     # search (--layer-skip) at its next step, which then deletes its copies.
     signals = StopSignals(cancel).install()
+    grammar = reply_grammar(args)
     with _Closing(Engine(_engine_config(args, cancel))) as engine:
-        config = GenerationConfig(max_tokens=args.max_tokens, sampling=_sampling(args))
+        config = GenerationConfig(args.max_tokens, _sampling(args), grammar=grammar)
         d0 = engine.decode_seconds
         if args.raw:
             rounds = engine.complete(args.prompt, config, cancel)
@@ -563,6 +567,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except GambitError as exc:
         print(f"gambit-cli: error: {exc}", file=sys.stderr)
+        return 2
+    except GrammarError as exc:  # (--json-schema)
+        print(f"gambit-cli: error: the JSON schema cannot be used: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:
         print(f"gambit-cli: invalid setting: {exc}", file=sys.stderr)

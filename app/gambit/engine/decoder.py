@@ -27,9 +27,10 @@ import numpy as np
 
 from gambit.engine.drafters.base import EMPTY_DRAFT, ChoosingDrafter, Draft, Drafter, TreeDrafter
 from gambit.engine.gamma.policy import DEFAULT_GAMMA, FixedGamma, GammaPolicy
-from gambit.engine.machine.runtime import FloatRows
+from gambit.engine.machine.runtime import FloatRows, ModelRuntime
 from gambit.engine.machine.threads import ThreadCount
 from gambit.engine.machine.tokens import common_prefix_length
+from gambit.engine.text.grammar import GrammarError, GrammarState, GrammarVocabulary
 from gambit.engine.text.reply import GenerationConfig, Round, StopReason
 from gambit.engine.text.text_stream import TextStream
 from gambit.engine.verification.sampling import Distribution, SamplingParams, process
@@ -44,23 +45,43 @@ READ_IN_ROUND_MAX = 2
 
 
 class _TargetRows(Sequence[Distribution]):
-    """p_1..p_{γ+1}, processed lazily: verification stops reading at the first rejection."""
+    """p_1..p_{γ+1}, processed lazily: verification stops reading at the first
+    rejection. With a grammar, each row is masked to what the grammar allows
+    after the drafts before it; it takes those drafts as the rows are read in
+    order, so it ends the verification having taken the accepted ones."""
 
     def __init__(
-        self, rows: FloatRows, sampling: SamplingParams, context: list[int], x: list[int]
+        self,
+        rows: FloatRows,
+        sampling: SamplingParams,
+        context: list[int],
+        x: list[int],
+        grammar: GrammarState | None = None,
     ) -> None:
         self._rows = rows
         self._sampling = sampling
         self._context = context
         self._x = x
         self._penalised = sampling.repeat_penalty != 1.0 and sampling.repeat_last_n > 0
+        self._grammar = grammar
+        self._masked: list[Distribution] = []  # rows read so far, with a grammar
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def __getitem__(self, i: int) -> Distribution:  # type: ignore[override]
+        if self._grammar is not None and i < len(self._masked):
+            return self._masked[i]
         recent = _recent(self._sampling, self._context, self._x[:i]) if self._penalised else ()
-        return process(self._rows[i], self._sampling, recent)
+        if self._grammar is None:
+            return process(self._rows[i], self._sampling, recent)
+        while len(self._masked) < i:  # (rows are read in order: the drafts before i)
+            self[len(self._masked)]
+        if i > 0:
+            self._grammar.advance(self._x[i - 1])  # (p_{i-1} accepted it: allowed)
+        dist = process(self._rows[i], self._sampling, recent, self._grammar.allowed())
+        self._masked.append(dist)
+        return dist
 
 
 class _TreeRows:
@@ -145,6 +166,7 @@ class _Reply:
     t_prompt_s: float = 0.0  # prompt processing not yet reported by a round
     source: str = ""  # what drafts the coming round (Round.drafted_by)
     choosing: bool = False  # the drafter is a ChoosingDrafter (asked once per reply)
+    grammar: GrammarState | None = None  # where the reply stands in its grammar
 
 
 class SpeculativeDecoder:
@@ -175,6 +197,7 @@ class SpeculativeDecoder:
         self.context: list[int] = []
         # Read between rounds: flip speculation off/on mid-reply.
         self.speculation_enabled = True
+        self._grammar_vocab: GrammarVocabulary | None = None  # (the first grammar builds it)
 
     def generate(
         self,
@@ -209,6 +232,8 @@ class SpeculativeDecoder:
         )
         if continues > 0:
             reply.stream.skip(b"".join(map(self.target.token_piece, prompt[-continues:])))
+        if config.grammar is not None:  # (before the prompt: a grammar that fails, fails first)
+            reply.grammar = self._grammar_vocabulary().state(config.grammar)
         try:
             self._follow_load(reply_start=True)
             self._prefill(prompt, cancel)
@@ -218,6 +243,7 @@ class SpeculativeDecoder:
             # Trees need a drafter that drafts them and a target with a KV
             # sequence per leaf; decided once, not every round.
             trees = self.target.n_seq_max > 1 and isinstance(self.drafter, TreeDrafter)
+            trees = trees and reply.grammar is None  # (a grammar masks chains)
             reply.choosing = isinstance(self.drafter, ChoosingDrafter)
             while True:
                 if cancel is not None and cancel.is_set():
@@ -262,6 +288,8 @@ class SpeculativeDecoder:
             verdict = self._verify_tree(reply, pending, tree)
         t2 = time.perf_counter()
         new, text, stop = self._commit(reply, verdict, config.max_tokens)
+        if reply.grammar is not None and stop is None:
+            reply.grammar.advance(verdict.token)  # (the drafts accepted: taken as verified)
         t_prompt_s, reply.t_prompt_s = reply.t_prompt_s, 0.0
         return Round(
             index=reply.index,
@@ -284,6 +312,14 @@ class SpeculativeDecoder:
             drafted_by=reply.source if verdict.n_drafted else "",
             threads=self.threads.current if self.threads is not None else 0,
         )
+
+    def _grammar_vocabulary(self) -> GrammarVocabulary:
+        """The target's tokens as grammars read them (built once, ~1 s)."""
+        if self._grammar_vocab is None:
+            if not isinstance(self.target, ModelRuntime):
+                raise GrammarError("a grammar needs a llama.cpp model as the target")
+            self._grammar_vocab = GrammarVocabulary(self.target)
+        return self._grammar_vocab
 
     def _follow_load(self, *, reply_start: bool = False) -> None:
         """Decode on the threads the load leaves free (or as pinned); the policy
@@ -395,7 +431,7 @@ class SpeculativeDecoder:
         and the cache cut back to the committed tokens and the accepted drafts."""
         target, context, x = self.target, reply.context, list(draft.tokens[:gamma])
         n_rows = target.decode([*pending, *x], n_logits=len(x) + 1)
-        p_i = _TargetRows(target.logits_rows(n_rows), reply.sampling, context, x)
+        p_i = _TargetRows(target.logits_rows(n_rows), reply.sampling, context, x, reply.grammar)
         verdict = speculative_sample(x, draft.q, p_i, reply.rng)
         target.truncate(len(context) + verdict.n_accepted)
         return _Verdict(x[: verdict.n_accepted], verdict.token, verdict.outcomes, len(x))

@@ -22,6 +22,7 @@ from gambit.engine.machine.fim import fim_tokens
 from gambit.engine.session import Engine
 from gambit.engine.text.chat import Message
 from gambit.engine.text.completion import completion_tokens
+from gambit.engine.text.grammar import GrammarError
 from gambit.engine.text.reply import GenerationConfig, StopReason
 from gambit.engine.text.template_sandbox import RenderCancelledError
 from gambit.errors import ContextOverflowError, GambitError
@@ -75,6 +76,7 @@ class Outcome:
     figures: ServedFigures | None = None
     error: str | None = None
     status: int = 200
+    param: str | None = None  # the request's field an error is about
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,9 @@ def run_job(engine: Engine, job: Job) -> None:
         outcome = _generate(engine, job)
     except ContextOverflowError as exc:
         outcome = Outcome(error=str(exc), status=400)
+    except GrammarError as exc:  # (found by the model's own tokens, before decoding)
+        outcome = Outcome(error=f"response_format cannot be followed: {exc}", status=400,
+                          param="response_format")  # fmt: skip
     except GambitError as exc:
         outcome = Outcome(error=str(exc), status=500)
     except Exception as exc:  # the server stays up; the request says what failed

@@ -3,9 +3,11 @@
 - ``GET /v1/models``: the loaded target;
 - ``POST /v1/chat/completions``: with and without ``stream`` (server-sent
   events, ending ``data: [DONE]``), ``temperature``, ``top_p``, ``max_tokens``
-  (or ``max_completion_tokens``), ``stop``, ``seed``; the model's chat
-  template, as in the window. Each response, and a stream's last chunk,
-  carries the speculation figures under ``"gambit"``;
+  (or ``max_completion_tokens``), ``stop``, ``seed``, ``response_format``
+  (``json_object``, or ``json_schema``: the reply is masked to what the
+  schema allows at every position a round verifies, ``engine.text.grammar``);
+  the model's chat template, as in the window. Each response, and a stream's
+  last chunk, carries the speculation figures under ``"gambit"``;
 - ``POST /v1/completions``: a raw completion of ``prompt`` (base models
   too), or with ``suffix`` the middle between the two (fill-in-the-middle,
   laid out with the FIM tokens the model declares; a 400 naming ``suffix``
@@ -30,7 +32,7 @@ import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -41,6 +43,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from gambit.engine.text.chat import Message
+from gambit.engine.text.grammar import ANY_OBJECT, GrammarError, json_schema_grammar
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.serve.jobs import EngineHost, Job, Outcome, TextPrompt
@@ -50,6 +53,7 @@ from gambit.words import counted
 BODY_MAX_BYTES = 4 * 1024 * 1024
 MAX_TOKENS_LIMIT = 32768  # as the settings' Max tokens
 STOP_MAX = 4  # as OpenAI's API
+SCHEMA_MAX_BYTES = 64 * 1024  # a response_format's JSON schema, as JSON text
 ROLES = ("system", "user", "assistant")
 GENERATING_PATHS = ("/v1/chat/completions", "/v1/completions")
 
@@ -166,8 +170,10 @@ class _Api:
         # field, whichever model it asks for.
         messages = _messages(body.get("messages"))
         stream = _flag(body, "stream")
+        grammar = _grammar(body.get("response_format"))
         model = self._model(body)
         config = self._config(body)  # (max_tokens is checked against the model's context)
+        config = replace(config, grammar=grammar)
         return await self._serve(request, messages, config, stream, _Reply(model))
 
     async def completions(self, request: Request) -> Response:
@@ -307,7 +313,7 @@ class _Api:
     def _finished(outcome: Outcome) -> Outcome:
         if outcome.error is not None:
             kind = "invalid_request_error" if outcome.status == 400 else "server_error"
-            raise ApiError(outcome.status, outcome.error, kind)
+            raise ApiError(outcome.status, outcome.error, kind, outcome.param)
         return outcome
 
 
@@ -470,3 +476,35 @@ def _prompt(value: object) -> str:
     if not isinstance(value, str):
         raise _invalid("prompt must be text (or a list of one text).", "prompt")
     return value
+
+
+def _grammar(value: object) -> str | None:
+    """The grammar ``response_format`` asks for (None: free text)."""
+    kinds = '{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", ...}'
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") not in ("text", "json_object",
+                                                                "json_schema"):  # fmt: skip
+        raise _invalid(f"response_format must be {kinds}.", "response_format")
+    if value["type"] == "text":
+        return None
+    schema: object = ANY_OBJECT
+    if value["type"] == "json_schema":
+        spec = value.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise _invalid(
+                "response_format.json_schema.schema must be a JSON schema (an object).",
+                "response_format",
+            )
+    text = json.dumps(schema)
+    if len(text.encode()) > SCHEMA_MAX_BYTES:
+        raise _invalid(
+            f"response_format: the schema is over {SCHEMA_MAX_BYTES // 1024} KB as JSON.",
+            "response_format",
+        )
+    try:
+        return json_schema_grammar(text)
+    except GrammarError as exc:
+        message = f"response_format: the schema cannot be used: {exc}"
+        raise _invalid(message, "response_format") from None

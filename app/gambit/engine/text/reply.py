@@ -85,3 +85,5 @@ class GenerationConfig:
     max_tokens: int = 512
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop_strings: tuple[str, ...] = ()
+    # The grammar the reply follows (gambit.engine.text.grammar; None: free text).
+    grammar: str | None = None

@@ -107,15 +107,20 @@ def process(
     logits: npt.NDArray[np.float32],
     params: SamplingParams,
     recent: Sequence[int] = (),
+    allowed: npt.NDArray[np.bool_] | None = None,
 ) -> Distribution:
     """The distribution the next token is drawn from, given one row of logits.
 
     ``recent`` holds the last tokens of the context, for the repetition penalty.
+    ``allowed`` (a grammar's mask, one bool per token): the other tokens get no
+    probability, before top-k, top-p and min-p choose among the rest.
     ``logits`` is only read (it may be a view into llama.cpp's buffer).
     """
     x = logits
     if params.repeat_penalty != 1.0 and params.repeat_last_n > 0 and recent:
         x = penalise(x, recent[-params.repeat_last_n :], params.repeat_penalty)
+    if allowed is not None:
+        x = np.where(allowed, x, -np.inf).astype(np.float32, copy=False)
     if params.greedy:
         return Distribution.point(int(np.argmax(x)))
 
@@ -139,6 +144,8 @@ def process(
         keep = min(keep, int(np.searchsorted(np.cumsum(probs), params.top_p)) + 1)
     if params.min_p > 0.0:
         keep = min(keep, int(np.count_nonzero(probs >= params.min_p * probs[0])))
+    if allowed is not None:  # (masked tokens sort last, with no probability)
+        keep = min(keep, int(np.count_nonzero(probs > 0.0)))
     keep = max(keep, 1)
     if keep < len(probs):
         ids = ids[:keep]
