@@ -45,60 +45,95 @@ ASK = "Alice is 31; she has lived in Paris and in Lyon. Describe her as JSON."
 GREEDY = SamplingParams(temperature=0.0, seed=0)
 
 
-@pytest.mark.parametrize("drafter", ["draft", "draft+lookup"])
+@pytest.mark.parametrize("drafter", ["grammar alone", "draft", "draft+lookup"])
 def test_greedy_constrained_replies_are_identical_with_speculation_on_and_off(
     rt_q8_0: ModelRuntime, rt_q4_1: ModelRuntime, drafter: str
 ) -> None:
     config = GenerationConfig(96, GREEDY, grammar=json_schema_grammar(PERSON))
     prompt = _prompt(rt_q8_0, ASK)
-    plain = [t for r in SpeculativeDecoder(rt_q8_0).generate(prompt, config) for t in r.tokens]
+    plain_decoder = SpeculativeDecoder(rt_q8_0)
+    plain_decoder.speculation_enabled = False  # (the grammar drafts too, when on)
+    plain = [t for r in plain_decoder.generate(prompt, config) for t in r.tokens]
     model = DraftModelDrafter(rt_q4_1)
-    chosen = model if drafter == "draft" else CombinedDrafter(model, PromptLookupDrafter())
+    chosen = {"grammar alone": None, "draft": model,
+              "draft+lookup": CombinedDrafter(model, PromptLookupDrafter())}[drafter]  # fmt: skip
     rounds = list(SpeculativeDecoder(rt_q8_0, chosen, FixedGamma(4)).generate(prompt, config))
     assert [t for r in rounds for t in r.tokens] == plain
-    assert sum(r.n_drafted for r in rounds) > 0
+    forced = [r for r in rounds if r.drafted_by == "grammar"]
+    assert forced and all(r.n_accepted == r.n_drafted > 0 for r in forced)  # keys, punctuation
+    if chosen is not None:
+        assert sum(r.n_drafted for r in rounds if r.drafted_by != "grammar") > 0
     text = "".join(r.text for r in rounds)
     jsonschema.validate(json.loads(text), PERSON)  # the reply is what the schema allows
 
 
-def test_temperature_one_gives_the_constrained_distribution_exactly(
-    rt_q8_0_first8: ModelRuntime, rt_q4_1_first4: ModelRuntime
-) -> None:
-    # Lowercase words only: the target's capitals, digits and punctuation are
-    # masked; a poor draft sampled hot guesses them often, and each is rejected.
-    target = rt_q8_0_first8
-    grammar = lark_grammar("start: /[a-z ]+/")
-    sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
-    prompt = _prompt(target, "Say: one two one two one two one two")
-    vocabulary = GrammarVocabulary(target)
+def _exact_pairs(
+    target: ModelRuntime, vocabulary: GrammarVocabulary, grammar: str, head: list[int],
+    sampling: SamplingParams,
+) -> dict[tuple[int, int], float]:  # fmt: skip
+    """The target's constrained distribution of the two tokens after ``head``
+    (its prompt and any tokens the grammar forced)."""
     exact = {}
-    target.sync(prompt)
-    p1 = process(target.logits(-1), sampling, (), vocabulary.state(grammar).allowed())
+    state = vocabulary.state(grammar)
+    for token in head[len(head) - len(FORCED_HEAD.get(grammar, ())) :]:
+        state.advance(token)
+    target.sync(head)
+    p1 = process(target.logits(-1), sampling, (), state.allowed())
     for t1, pr1 in zip(p1.ids.tolist(), p1.probs.tolist(), strict=True):
         after = vocabulary.state(grammar)
-        after.advance(t1)
-        target.sync([*prompt, t1])
+        for token in (*FORCED_HEAD.get(grammar, ()), t1):
+            after.advance(token)
+        target.sync([*head, t1])
         p2 = process(target.logits(-1), sampling, (), after.allowed())
         for t2, pr2 in zip(p2.ids.tolist(), p2.probs.tolist(), strict=True):
             exact[(t1, t2)] = pr1 * pr2
+    return exact
+
+
+# Lowercase words only: the target's capitals, digits and punctuation are
+# masked; a poor draft sampled hot guesses them often, and each is rejected.
+WORDS = lark_grammar("start: /[a-z ]+/")
+# " one two three" first, which the grammar forces (drafted free), then words.
+ONE_THEN_WORDS = lark_grammar('start: " one two three" /[ ][a-z]+/')
+FORCED_HEAD: dict[str, tuple[int, ...]] = {}
+
+
+@pytest.mark.parametrize("grammar", ["words", "forced then words"])
+def test_temperature_one_gives_the_constrained_distribution_exactly(
+    rt_q8_0_first8: ModelRuntime, rt_q4_1_first4: ModelRuntime, grammar: str
+) -> None:
+    target = rt_q8_0_first8
+    text = WORDS if grammar == "words" else ONE_THEN_WORDS
+    sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
+    prompt = _prompt(target, "Say: one two one two one two one two")
+    vocabulary = GrammarVocabulary(target)
+    forced = vocabulary.state(text).forced()
+    assert bool(forced) == (grammar != "words")
+    FORCED_HEAD[text] = forced
+    exact = _exact_pairs(target, vocabulary, text, [*prompt, *forced], sampling)
     poor = DraftModelDrafter(
         rt_q4_1_first4, sampling=SamplingParams(temperature=2.5, top_k=6, top_p=1.0, min_p=0.0)
     )
     poor.prepare(prompt)
     decoder = SpeculativeDecoder(target, poor, FixedGamma(3))
-    samples, drafted, accepted = [], 0, 0
+    samples, drafted, accepted, by_grammar = [], 0, 0, 0
     for seed in range(500):
+        # (a token past the pair: a round after the forced one drafts for the pair's second)
         config = GenerationConfig(
-            2, SamplingParams(**{**sampling.__dict__, "seed": seed}), grammar=grammar
+            len(forced) + 3, SamplingParams(**{**sampling.__dict__, "seed": seed}), grammar=text
         )
         rounds = list(decoder.generate(prompt, config))
         tokens = [t for r in rounds for t in r.tokens]
-        drafted += sum(r.n_drafted for r in rounds)
-        accepted += sum(r.n_accepted for r in rounds)
-        samples.append((tokens[0], tokens[1]))
-    assert 0 < accepted < drafted  # drafts landed, and drafts were rejected
+        assert tuple(tokens[: len(forced)]) == forced
+        drafted += sum(r.n_drafted for r in rounds if r.drafted_by != "grammar")
+        accepted += sum(r.n_accepted for r in rounds if r.drafted_by != "grammar")
+        by_grammar += sum(r.n_accepted for r in rounds if r.drafted_by == "grammar")
+        samples.append((tokens[len(forced)], tokens[len(forced) + 1]))
+    assert accepted < drafted  # the draft's guesses were rejected (the residual path)
+    assert accepted > 0 or forced  # and, drafting from the prompt, landed too
+    assert by_grammar == (500 * len(forced))  # the forced tokens: drafted, always accepted
     p_value = _goodness_of_fit(samples, exact)
-    assert p_value > 1e-3, f"p = {p_value:.2e} over {len(samples)} samples"
+    assert p_value > 1e-3, f"{grammar}: p = {p_value:.2e} over {len(samples)} samples"
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, cast
 
 import numpy as np
@@ -30,7 +30,12 @@ from gambit.engine.gamma.policy import DEFAULT_GAMMA, FixedGamma, GammaPolicy
 from gambit.engine.machine.runtime import FloatRows, ModelRuntime
 from gambit.engine.machine.threads import ThreadCount
 from gambit.engine.machine.tokens import common_prefix_length
-from gambit.engine.text.grammar import GrammarError, GrammarState, GrammarVocabulary
+from gambit.engine.text.grammar import (
+    GRAMMAR_SOURCE,
+    GrammarError,
+    GrammarState,
+    GrammarVocabulary,
+)
 from gambit.engine.text.reply import GenerationConfig, Round, StopReason
 from gambit.engine.text.text_stream import TextStream
 from gambit.engine.verification.sampling import Distribution, SamplingParams, process
@@ -103,6 +108,15 @@ class _TreeRows:
         return process(self._rows[row], self._sampling, recent)
 
 
+def _as_batch(rnd: Round) -> Round:
+    """A round the grammar drafted, as the policy learns from it: a batch of
+    the tokens it verified, nothing drafted (the draft model did not read them)."""
+    return replace(
+        rnd, n_drafted=0, n_accepted=0, outcomes=(), main_outcomes=None, drafted_by="",
+        n_catch_up=rnd.n_catch_up + rnd.n_drafted,
+    )  # fmt: skip
+
+
 def _recent(sampling: SamplingParams, context: list[int], drafted: list[int]) -> list[int]:
     """The repetition penalty's window: the last tokens of context + drafted."""
     n = sampling.repeat_last_n
@@ -167,6 +181,7 @@ class _Reply:
     source: str = ""  # what drafts the coming round (Round.drafted_by)
     choosing: bool = False  # the drafter is a ChoosingDrafter (asked once per reply)
     grammar: GrammarState | None = None  # where the reply stands in its grammar
+    forced: tuple[int, ...] = ()  # the coming round's draft, forced by the grammar
 
 
 class SpeculativeDecoder:
@@ -254,7 +269,9 @@ class SpeculativeDecoder:
                 if rnd is None:
                     yield self._final(reply, StopReason.CONTEXT_FULL)
                     return
-                self.policy.observe(rnd)
+                # (a round the grammar drafted is, to the policy, the batch it
+                # verified: its certain acceptance says nothing of a drafter's)
+                self.policy.observe(rnd if rnd.drafted_by != GRAMMAR_SOURCE else _as_batch(rnd))
                 yield rnd
                 if rnd.stop is not None:
                     return
@@ -384,6 +401,13 @@ class SpeculativeDecoder:
         """This round's γ and side nodes: the policy's, within the tokens the
         reply may still have, the context's free slots and the batch."""
         drafter = self.drafter
+        reply.forced = ()
+        if self.speculation_enabled and reply.grammar is not None:
+            forced = reply.grammar.forced()
+            if forced:  # (free and certain: drafted whatever the policy says)
+                gamma = max(0, min(len(forced), max_tokens - reply.n_generated - 1, room))
+                reply.forced, reply.source = forced[:gamma], GRAMMAR_SOURCE
+                return len(reply.forced), 0
         if drafter is None or not self.speculation_enabled:
             return 0, 0
         if reply.choosing:
@@ -413,6 +437,8 @@ class SpeculativeDecoder:
         """The drafter's proposal: a chain, or a tree when side nodes were planned
         (None for the tree when it came back without side nodes)."""
         drafter = self.drafter
+        if reply.forced:  # the grammar's: point masses, verified in the batch
+            return Draft(reply.forced), None
         if drafter is None or gamma <= 0:
             return EMPTY_DRAFT, None
         if n_side > 0:

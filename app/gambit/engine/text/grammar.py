@@ -1,5 +1,11 @@
 """Constrained decoding: the reply follows a grammar (a JSON schema, any JSON).
 
+Where the grammar leaves one way on (``{"name": "`` before a value), those
+tokens are a free draft (``GrammarState.forced``): the decoder proposes them
+as point masses and the target verifies them in one batch instead of one
+pass each (SGLang's jump-forward, guidance's fast-forward, made exact by
+verification).
+
 The grammar is llguidance's (the library llama.cpp's optional structured
 output backend and vLLM use): a JSON schema compiles to its grammar text
 (``json_schema_grammar``), and a ``GrammarState`` per reply says, before each
@@ -14,7 +20,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.llamacpp
@@ -22,6 +28,19 @@ import numpy as np
 
 from gambit.engine.machine.runtime import ModelRuntime
 
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # (a TypedDict of its stubs)
+
+# What drafts a round of the tokens a grammar forces (``Round.drafted_by``):
+# point masses the target verifies in one batch, always accepted.
+GRAMMAR_SOURCE = "grammar"
+# JSON laid out on one line, ", " and ": " between items: one way to write
+# each value, so a schema's keys and punctuation are forced (drafted free)
+# instead of left to whitespace the model might choose (a schema may ask for
+# other layouts with its "x-guidance" options).
+JSON_LAYOUT: JsonCompileOptions = {
+    "whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ",
+}  # fmt: skip
 # The grammar of any JSON object (``response_format: {"type": "json_object"}``).
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 
@@ -38,7 +57,7 @@ def json_schema_grammar(schema: dict[str, Any] | str) -> str:
         loop = _ref_loop(json.loads(text))
         if loop:
             raise GrammarError(f"$ref {loop} refers back to itself without any JSON between")
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(text)
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=JSON_LAYOUT)
     except (ValueError, TypeError, RecursionError) as exc:
         raise GrammarError(str(exc)) from None
     problem = llguidance.LLMatcher.validate_grammar(grammar)
@@ -134,6 +153,11 @@ class GrammarState:
         if len(mask) < self._n_vocab:  # (a vocabulary row past the tokenizer's)
             mask = np.concatenate([mask, np.zeros(self._n_vocab - len(mask), dtype=bool)])
         return mask
+
+    def forced(self) -> tuple[int, ...]:
+        """The tokens the grammar allows alone from here (a schema's keys and
+        punctuation): a draft that costs nothing and is always accepted."""
+        return tuple(self._matcher.compute_ff_tokens())
 
     def advance(self, token: int) -> None:
         """``token`` was committed (it was allowed: the mask said so)."""
