@@ -212,6 +212,9 @@ class SpeculativeDecoder:
         self.context: list[int] = []
         # Read between rounds: flip speculation off/on mid-reply.
         self.speculation_enabled = True
+        # Whether a grammar's forced tokens are drafted (False: the drafter's
+        # alone, as the bench compares them).
+        self.grammar_drafts = True
         self._grammar_vocab: GrammarVocabulary | None = None  # (the first grammar builds it)
 
     def generate(
@@ -402,7 +405,7 @@ class SpeculativeDecoder:
         reply may still have, the context's free slots and the batch."""
         drafter = self.drafter
         reply.forced = ()
-        if self.speculation_enabled and reply.grammar is not None:
+        if self.speculation_enabled and self.grammar_drafts and reply.grammar is not None:
             forced = reply.grammar.forced()
             if forced:  # (free and certain: drafted whatever the policy says)
                 gamma = max(0, min(len(forced), max_tokens - reply.n_generated - 1, room))
