@@ -9,6 +9,7 @@ poor draft whose guesses often leave the grammar; the server takes
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -166,6 +167,11 @@ def test_response_format_from_openai_s_client(served: Served) -> None:
             )
         )  # fmt: skip
     assert isinstance(json.loads("".join(c.choices[0].delta.content or "" for c in chunks)), dict)
+    status, metrics = served.raw("GET", "/metrics")  # the forced tokens, counted apart
+    assert status == 200
+    assert re.search(
+        r'^gambit_draft_tokens_accepted_by_source_total\{source="grammar"\} [1-9]', metrics, re.M
+    )
 
 
 def test_a_schema_that_cannot_be_followed_is_a_400_naming_response_format(

@@ -30,6 +30,7 @@ class ServeMetrics:
         self.accepted = 0
         self.drafted_by_position: Counter[int] = Counter()
         self.accepted_by_position: Counter[int] = Counter()
+        self.accepted_by_source: Counter[str] = Counter()  # "draft model", "grammar", ...
         self.speedups: list[int] = [0] * len(SPEEDUP_BUCKETS)  # cumulative, per bucket
         self.speedup_count = 0
         self.speedup_sum = 0.0
@@ -62,6 +63,7 @@ class ServeMetrics:
                 self.drafted_by_position[i] += n
             for i, n in enumerate(figures.accepted_by_position, 1):
                 self.accepted_by_position[i] += n
+            self.accepted_by_source.update(figures.accepted_by_drafter)
             if figures.speedup is not None:
                 self.speedup_count += 1
                 self.speedup_sum += figures.speedup
@@ -73,7 +75,7 @@ class ServeMetrics:
             lines = [
                 *_labelled(
                     "gambit_requests_total",
-                    "Chat completion requests, by HTTP status.",
+                    "Completion requests (chat and text), by HTTP status.",
                     "status",
                     self.requests,
                 ),
@@ -95,6 +97,13 @@ class ServeMetrics:
                     "gambit_draft_tokens_accepted_total",
                     "Draft tokens the target accepted.",
                     self.accepted,
+                ),
+                *_labelled(
+                    "gambit_draft_tokens_accepted_by_source_total",
+                    "Draft tokens the target accepted, by what drafted them (a grammar's"
+                    " forced tokens: grammar).",
+                    "source",
+                    self.accepted_by_source,
                 ),
                 *_labelled(
                     "gambit_draft_position_tried_total",
