@@ -24,8 +24,9 @@ from gambit.engine.machine.runtime import RuntimeOptions
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.serve.jobs import ThreadHost
-from gambit.serve.openai_api import BODY_MAX_BYTES, ServeOptions, create_app
+from gambit.serve.openai_api import ServeOptions, create_app
 from gambit.serve.prometheus import ServeMetrics
+from gambit.serve.request_body import BODY_MAX_BYTES
 from gambit.serve.server import LocalServer
 from gambit.storage.paths import cache_dir
 

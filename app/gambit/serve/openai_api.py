@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import hmac
 import json
-import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -43,18 +42,26 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from gambit.engine.text.chat import Message
-from gambit.engine.text.grammar import ANY_OBJECT, GrammarError, json_schema_grammar
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.serve.jobs import EngineHost, Job, Outcome, TextPrompt
 from gambit.serve.prometheus import ServeMetrics
+from gambit.serve.request_body import (
+    ApiError,
+    chat_messages,
+    flag,
+    invalid,
+    json_body,
+    number,
+    response_grammar,
+    stops,
+    text_prompt,
+    tools_of,
+)
+from gambit.serve.tools import read_reply, with_tools
 from gambit.words import counted
 
-BODY_MAX_BYTES = 4 * 1024 * 1024
 MAX_TOKENS_LIMIT = 32768  # as the settings' Max tokens
-STOP_MAX = 4  # as OpenAI's API
-SCHEMA_MAX_BYTES = 64 * 1024  # a response_format's JSON schema, as JSON text
-ROLES = ("system", "user", "assistant")
 GENERATING_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 
@@ -66,24 +73,6 @@ class ServeOptions:
     # Sampling for what a request leaves out (the server's own settings).
     defaults: SamplingParams = field(default_factory=SamplingParams)
     max_tokens: int = 512
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str, param: str | None = None,
-                 code: str | None = None) -> None:  # fmt: skip
-        super().__init__(message)
-        self.status, self.kind, self.param, self.code = status, kind, param, code
-
-    def body(self) -> dict[str, Any]:
-        error = {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}
-        return {"error": error}
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
-
-
-def _invalid(message: str, param: str | None = None) -> ApiError:
-    return ApiError(400, message, "invalid_request_error", param)
 
 
 class _Queue:
@@ -165,38 +154,42 @@ class _Api:
         return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def chat(self, request: Request) -> Response:
-        body = await _json_body(request)
+        body = await json_body(request)
         # The body's shape first: a malformed request is a 400 naming its
         # field, whichever model it asks for.
-        messages = _messages(body.get("messages"))
-        stream = _flag(body, "stream")
-        grammar = _grammar(body.get("response_format"))
+        messages = chat_messages(body.get("messages"))
+        stream = flag(body, "stream")
+        tools = tools_of(body)
+        grammar = tools[1] if tools else response_grammar(body.get("response_format"))
         model = self._model(body)
         config = self._config(body)  # (max_tokens is checked against the model's context)
         config = replace(config, grammar=grammar)
-        return await self._serve(request, messages, config, stream, _Reply(model))
+        if tools is not None:
+            messages = with_tools(messages, tools[0])
+        reply = _Reply(model, tools=tools is not None)
+        return await self._serve(request, messages, config, stream, reply)
 
     async def completions(self, request: Request) -> Response:
-        body = await _json_body(request)
-        text = _prompt(body.get("prompt"))
+        body = await json_body(request)
+        text = text_prompt(body.get("prompt"))
         suffix = body.get("suffix")
         if suffix is not None and not isinstance(suffix, str):
-            raise _invalid("suffix must be text.", "suffix")
-        stream, echo = _flag(body, "stream"), _flag(body, "echo")
+            raise invalid("suffix must be text.", "suffix")
+        stream, echo = flag(body, "stream"), flag(body, "echo")
         for name in ("n", "best_of"):
             if body.get(name, 1) != 1:
-                raise _invalid(f"{name} must be 1: one completion per request.", name)
+                raise invalid(f"{name} must be 1: one completion per request.", name)
         if body.get("logprobs") is not None:
-            raise _invalid("logprobs are not returned by this server; leave it out.", "logprobs")
+            raise invalid("logprobs are not returned by this server; leave it out.", "logprobs")
         model = self._model(body)
         if suffix is not None and not self.host.fills_in_the_middle():
-            raise _invalid(
+            raise invalid(
                 f"suffix needs a model trained to fill in the middle: {model} declares no "
                 "fill-in-the-middle tokens. Leave suffix out to continue the prompt.",
                 "suffix",
             )
         if echo and suffix is not None:
-            raise _invalid("echo cannot be used with suffix.", "echo")
+            raise invalid("echo cannot be used with suffix.", "echo")
         config = self._config(body)
         reply = _Reply(model, chat=False, echo=text if echo else "")
         return await self._serve(request, TextPrompt(text, suffix), config, stream, reply)
@@ -205,7 +198,7 @@ class _Api:
         """The loaded model's name, which the request must ask for."""
         asked = body.get("model")
         if not isinstance(asked, str):
-            raise _invalid("model must be the model's name, as GET /v1/models lists it.", "model")
+            raise invalid("model must be the model's name, as GET /v1/models lists it.", "model")
         model = self.host.model_id()
         if model is None:
             raise ApiError(503, "No model is loaded.", "server_error", code="model_not_loaded")
@@ -249,27 +242,27 @@ class _Api:
 
     def _config(self, body: dict[str, Any]) -> GenerationConfig:
         d = self.options.defaults
-        temperature = _number(body, "temperature", d.temperature, 0.0, 5.0)
-        top_p = _number(body, "top_p", d.top_p, 0.0, 1.0, low_open=True)
+        temperature = number(body, "temperature", d.temperature, 0.0, 5.0)
+        top_p = number(body, "top_p", d.top_p, 0.0, 1.0, low_open=True)
         limit = min(MAX_TOKENS_LIMIT, max(1, self.host.context_size() - 1))
         asked = body.get("max_completion_tokens", body.get("max_tokens"))
         max_tokens = self.options.max_tokens if asked is None else asked
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
-            raise _invalid("max_tokens must be a whole number.", "max_tokens")
+            raise invalid("max_tokens must be a whole number.", "max_tokens")
         if not 1 <= max_tokens <= limit:
-            raise _invalid(
+            raise invalid(
                 f"max_tokens must be between 1 and {limit:,} (the context holds "
                 f"{self.host.context_size():,} tokens).",
                 "max_tokens",
             )
         seed = body.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise _invalid("seed must be a whole number.", "seed")
+            raise invalid("seed must be a whole number.", "seed")
         sampling = SamplingParams(
             temperature=temperature, top_k=d.top_k, top_p=top_p, min_p=d.min_p,
             repeat_penalty=d.repeat_penalty, seed=seed % 2**63 if seed is not None else d.seed,
         )  # fmt: skip
-        return GenerationConfig(max_tokens, sampling, _stops(body.get("stop")))
+        return GenerationConfig(max_tokens, sampling, stops(body.get("stop")))
 
     async def _whole(self, request: Request, job: Job, queue: _Queue, reply: _Reply) -> Response:
         try:
@@ -294,13 +287,18 @@ class _Api:
             while True:
                 item = await queue.items.get()
                 if isinstance(item, str):
-                    yield _event(reply.chunk(item))
+                    if reply.tools:  # (read back whole at its end: a call, or text)
+                        reply.text += item
+                    else:
+                        yield _event(reply.chunk(item))
                     continue
                 try:
                     outcome = self._finished(item)
                 except ApiError as exc:
                     yield _event(exc.body())
                 else:
+                    for delta in reply.tool_deltas():
+                        yield _event(reply.delta(delta))
                     yield _event(reply.chunk("", outcome))
                 yield "data: [DONE]\n\n"
                 return
@@ -321,12 +319,13 @@ class _Reply:
     """The response's fixed parts and the text so far: a chat completion's, or
     (``chat`` False) a text completion's, which starts with ``echo``."""
 
-    def __init__(self, model: str, chat: bool = True, echo: str = "") -> None:
+    def __init__(self, model: str, chat: bool = True, echo: str = "", tools: bool = False) -> None:
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{secrets.token_hex(12)}"
         self.created = int(time.time())
         self.model = model
         self.chat = chat
         self.text = echo
+        self.tools = tools  # written in the tools' format: read back at its end
 
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
@@ -334,8 +333,14 @@ class _Reply:
     def whole(self, outcome: Outcome) -> JSONResponse:
         if self.chat:
             body = self._head("chat.completion")
-            message = {"role": "assistant", "content": self.text}
-            choice = {"index": 0, "message": message, "finish_reason": outcome.finish_reason}
+            message: dict[str, Any] = {"role": "assistant", "content": self.text}
+            finish = outcome.finish_reason
+            if self.tools:
+                said = read_reply(self.text)
+                message["content"] = said.content
+                if said.calls:
+                    message["tool_calls"], finish = list(said.calls), "tool_calls"
+            choice = {"index": 0, "message": message, "finish_reason": finish}
         else:
             body = self._head("text_completion")
             choice = {"index": 0, "text": self.text, "logprobs": None,
@@ -343,6 +348,25 @@ class _Reply:
         body["choices"] = [choice]
         body |= _tail(outcome)
         return JSONResponse(body)
+
+    def tool_deltas(self) -> list[dict[str, Any]]:
+        """A tools reply, streamed at its end: its call (the name, then the
+        arguments) or its text."""
+        if not self.tools:
+            return []
+        said = read_reply(self.text)
+        if not said.calls:
+            return [{"content": said.content}]
+        call = said.calls[0]
+        head = {"index": 0, "id": call["id"], "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""}}  # fmt: skip
+        arguments = {"index": 0, "function": {"arguments": call["function"]["arguments"]}}
+        return [{"tool_calls": [head]}, {"tool_calls": [arguments]}]
+
+    def delta(self, delta: dict[str, Any]) -> dict[str, Any]:
+        body = self._head("chat.completion.chunk")
+        body["choices"] = [{"index": 0, "delta": delta, "finish_reason": None}]
+        return body
 
     def chunk(
         self, text: str, outcome: Outcome | None = None, first: bool = False
@@ -357,6 +381,8 @@ class _Reply:
         else:
             body = self._head("text_completion")
             choice = {"index": 0, "text": text, "logprobs": None}
+        if finish == "stop" and self.tools and read_reply(self.text).calls:
+            finish = "tool_calls"
         choice["finish_reason"] = finish
         body["choices"] = [choice]
         if outcome is not None:
@@ -378,133 +404,3 @@ def _tail(outcome: Outcome) -> dict[str, Any]:
 
 def _event(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-async def _json_body(request: Request) -> dict[str, Any]:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > BODY_MAX_BYTES:
-        raise ApiError(413, f"The request body is over {BODY_MAX_BYTES:,} bytes.",
-                       "invalid_request_error")  # fmt: skip
-    raw = bytearray()
-    async for part in request.stream():
-        raw += part
-        if len(raw) > BODY_MAX_BYTES:
-            raise ApiError(413, f"The request body is over {BODY_MAX_BYTES:,} bytes.",
-                           "invalid_request_error")  # fmt: skip
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise _invalid(f"The request body is not valid JSON ({exc}).") from None
-    if not isinstance(body, dict):
-        raise _invalid("The request body must be a JSON object.")
-    return body
-
-
-def _messages(value: object) -> list[Message]:
-    """The conversation, refused as the window refuses an empty message: it
-    needs a user message, and the last one must have text."""
-    if not isinstance(value, list) or not value:
-        raise _invalid(
-            'messages must be a list of messages, each {"role": ..., "content": ...}.', "messages"
-        )
-    out = []
-    for i, m in enumerate(value):
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise _invalid(f"messages[{i}] needs a role of {', '.join(ROLES)}.", "messages")
-        out.append(Message(m["role"], _content(m.get("content"), i)))
-    if out[-1].role == "assistant":
-        raise _invalid("The last message must be the user's (or the system's).", "messages")
-    users = [i for i, m in enumerate(out) if m.role == "user"]
-    if not users:
-        raise _invalid("messages needs a user message to reply to.", "messages")
-    if not out[users[-1]].content.strip():
-        raise _invalid(f"messages[{users[-1]}], the last user message, is empty.", "messages")
-    return out
-
-
-def _content(content: object, i: int) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: text only
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                raise _invalid(f"messages[{i}]: only text content is supported.", "messages")
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise _invalid(f"messages[{i}]: a text part needs its text.", "messages")
-            texts.append(text)
-        return "".join(texts)
-    raise _invalid(f"messages[{i}].content must be text.", "messages")
-
-
-def _number(body: dict[str, Any], name: str, default: float, low: float, high: float,
-            low_open: bool = False) -> float:  # fmt: skip
-    value = body.get(name)
-    if value is None:
-        return float(default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _invalid(f"{name} must be a number.", name)
-    if value < low or value > high or (low_open and value == low):
-        side = f"more than {low:g}" if low_open else f"at least {low:g}"
-        raise _invalid(f"{name} must be {side} and at most {high:g}.", name)
-    return float(value)
-
-
-def _stops(value: object) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-        raise _invalid("stop must be a text or a list of texts.", "stop")
-    if len(stops) > STOP_MAX:
-        raise _invalid(f"stop takes at most {STOP_MAX} texts.", "stop")
-    return tuple(stops)
-
-
-def _flag(body: dict[str, Any], name: str) -> bool:
-    value = body.get(name, False)
-    if not isinstance(value, bool):
-        raise _invalid(f"{name} must be true or false.", name)
-    return value
-
-
-def _prompt(value: object) -> str:
-    """A completion's prompt: text, or a list of one text."""
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]
-    if not isinstance(value, str):
-        raise _invalid("prompt must be text (or a list of one text).", "prompt")
-    return value
-
-
-def _grammar(value: object) -> str | None:
-    """The grammar ``response_format`` asks for (None: free text)."""
-    kinds = '{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", ...}'
-    if value is None:
-        return None
-    if not isinstance(value, dict) or value.get("type") not in ("text", "json_object",
-                                                                "json_schema"):  # fmt: skip
-        raise _invalid(f"response_format must be {kinds}.", "response_format")
-    if value["type"] == "text":
-        return None
-    schema: object = ANY_OBJECT
-    if value["type"] == "json_schema":
-        spec = value.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        if not isinstance(schema, dict):
-            raise _invalid(
-                "response_format.json_schema.schema must be a JSON schema (an object).",
-                "response_format",
-            )
-    text = json.dumps(schema)
-    if len(text.encode()) > SCHEMA_MAX_BYTES:
-        raise _invalid(
-            f"response_format: the schema is over {SCHEMA_MAX_BYTES // 1024} KB as JSON.",
-            "response_format",
-        )
-    try:
-        return json_schema_grammar(text)
-    except GrammarError as exc:
-        message = f"response_format: the schema cannot be used: {exc}"
-        raise _invalid(message, "response_format") from None

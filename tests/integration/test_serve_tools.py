@@ -1,0 +1,125 @@
+"""Tool calls through the local server with OpenAI's own client, on the real
+models (gambit.serve.tools): a call whose arguments validate against the
+function's schema, the same call streamed as deltas, its result sent back,
+and a 400 naming the field for tools the server cannot use."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from test_serve import MODEL, OPTIONS, Served
+
+from gambit.engine.session import Engine, EngineConfig
+from gambit.storage.paths import cache_dir
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TOOLS: list[Any] = [
+    {"type": "function", "function": {"name": "get_weather", "description":
+     "The weather now in a city", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time", "description":
+     "The time now in a city", "parameters": {"type": "object", "properties":
+     {"city": {"type": "string"}}, "required": ["city"]}}},
+]  # fmt: skip
+ASK = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
+
+
+@pytest.fixture(scope="module")
+def served(smol_q8_0: Path, smol_q4_1: Path) -> Iterator[Served]:
+    engine = Engine(
+        EngineConfig(
+            target=smol_q8_0, drafter="draft", draft=smol_q4_1, target_options=OPTIONS,
+            policy="fixed", gamma=4, kernel_cache=cache_dir(),
+        )
+    )  # fmt: skip
+    s = Served(engine)
+    yield s
+    s.close()
+    engine.close()
+
+
+def test_a_tool_call_whole_and_streamed_and_its_result_sent_back(served: Served) -> None:
+    with served.client() as client:
+        whole = client.chat.completions.create(
+            model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required", temperature=0,
+            max_tokens=64,
+        )  # fmt: skip
+        choice = whole.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        (call,) = choice.message.tool_calls or []
+        assert call.function.name in ("get_weather", "get_time")
+        schema = (
+            WEATHER if call.function.name == "get_weather" else TOOLS[1]["function"]["parameters"]
+        )
+        jsonschema.validate(json.loads(call.function.arguments), schema)
+        assert (whole.model_extra or {})["gambit"]["accepted_by_source"].get("grammar", 0) > 0
+
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required", temperature=0,
+                max_tokens=64, stream=True,
+            )
+        )  # fmt: skip
+        deltas = [d for c in chunks for d in (c.choices[0].delta.tool_calls or [])]
+        assert deltas[0].function.name == call.function.name
+        joined = "".join(d.function.arguments or "" for d in deltas)
+        assert json.loads(joined) == json.loads(call.function.arguments)
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+        # The call and its result go back; the model answers, or calls again.
+        result = {
+            "role": "tool",
+            "tool_call_id": call.id,
+            "content": '{"temp": 18, "sky": "clear"}',
+        }
+        answered = client.chat.completions.create(
+            model=MODEL, messages=[*ASK, whole.choices[0].message.model_dump(), result],
+            tools=TOOLS, temperature=0, max_tokens=64,
+        )  # fmt: skip
+        reply = answered.choices[0]
+        assert reply.message.content or reply.message.tool_calls
+
+
+def test_a_named_tool_is_the_one_called(served: Served) -> None:
+    choice = {"type": "function", "function": {"name": "get_time"}}
+    with served.client() as client:
+        reply = client.chat.completions.create(
+            model=MODEL, messages=ASK, tools=TOOLS, tool_choice=choice, temperature=0,
+            max_tokens=64,
+        )  # fmt: skip
+    assert reply.choices[0].finish_reason == "tool_calls", reply.choices[0].message.content
+    (call,) = reply.choices[0].message.tool_calls or []
+    assert call.function.name == "get_time"
+
+
+def test_tools_the_server_cannot_use_are_a_400_naming_the_field(served: Served) -> None:
+    nameless = [{"type": "function", "function": {"parameters": WEATHER}}]
+    broken = [{"type": "function", "function": {"name": "f", "parameters": {"type": "nonsense"}}}]
+    for extra, field in [
+        ({"tools": nameless}, "tools"),
+        ({"tools": "get_weather"}, "tools"),
+        ({"tools": broken}, "tools"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+         "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+        ({"messages": [*ASK, {"role": "tool", "content": 5}]}, "messages"),
+    ]:  # fmt: skip
+        body = {"model": MODEL, "messages": ASK, **extra}
+        status, answer = served.raw("POST", "/v1/chat/completions", json.dumps(body))
+        assert status == 400 and answer["error"]["param"] == field, (extra, answer)
+    with served.client() as client:  # ... and the server keeps serving
+        again = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4)
+    assert again.choices[0].message.content
