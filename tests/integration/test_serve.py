@@ -13,91 +13,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from serving import DEADLINE_S, MODEL, PROMPT, Served, generate_cli
 
-from gambit.engine.machine.runtime import RuntimeOptions
-from gambit.engine.session import Engine, EngineConfig
-from gambit.engine.verification.sampling import SamplingParams
-from gambit.serve.jobs import ThreadHost
-from gambit.serve.openai_api import ServeOptions, create_app
-from gambit.serve.prometheus import ServeMetrics
+from gambit.engine.session import Engine
 from gambit.serve.request_body import BODY_MAX_BYTES
-from gambit.serve.server import LocalServer
-from gambit.storage.paths import cache_dir
-
-OPTIONS = RuntimeOptions(n_ctx=1024, n_threads=2)
-PROMPT = "Repeat this sentence twice, exactly: The quick brown fox jumps over the lazy dog."
-MODEL = "SmolLM2-135M-Instruct.Q8_0"
-DEADLINE_S = 120.0  # hang guards only
-
-
-@pytest.fixture(scope="module")
-def engine(smol_q8_0: Path, smol_q4_1: Path) -> Iterator[Engine]:
-    e = Engine(
-        EngineConfig(
-            target=smol_q8_0, drafter="draft", draft=smol_q4_1, target_options=OPTIONS,
-            policy="fixed", gamma=4, kernel_cache=cache_dir(),
-        )
-    )  # fmt: skip
-    yield e
-    e.close()
-
-
-class Served:
-    def __init__(self, engine: Engine, **options: Any) -> None:
-        self.host = ThreadHost(engine, MODEL)
-        self.metrics = ServeMetrics()
-        defaults = SamplingParams(temperature=0.0, seed=0)
-        app = create_app(self.host, ServeOptions(defaults=defaults, **options), self.metrics)
-        self.server = LocalServer(app, "127.0.0.1", 0)
-        self.server.start()
-        self.port = self.server.port
-
-    def client(self, key: str = "none") -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.server.base_url, api_key=key, max_retries=0)
-
-    def raw(self, method: str, path: str, body: bytes | str | None = None,
-            headers: dict[str, str] | None = None) -> tuple[int, Any]:  # fmt: skip
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=DEADLINE_S)
-        data = body.encode() if isinstance(body, str) else body
-        conn.request(method, path, body=data, headers={"Content-Type": "application/json",
-                                                        **(headers or {})})  # fmt: skip
-        response = conn.getresponse()
-        payload = response.read().decode()
-        conn.close()
-        kind = response.getheader("Content-Type", "")
-        return response.status, json.loads(payload) if "json" in kind else payload
-
-    def close(self) -> None:
-        self.server.stop()
-        self.host.close()
-
-
-@pytest.fixture
-def served(engine: Engine) -> Iterator[Served]:
-    s = Served(engine)
-    yield s
-    s.close()
 
 
 def chat(**extra: Any) -> dict[str, Any]:
     return {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}], **extra}
-
-
-def generate_cli(smol_q8_0: Path, smol_q4_1: Path, max_tokens: int) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "gambit", "generate", "--target", str(smol_q8_0),
-         "--draft", str(smol_q4_1), "--policy", "fixed", "--gamma", "4", "--temp", "0",
-         "--seed", "0", "--threads", "2",
-         "--ctx", "1024", "--max-tokens", str(max_tokens), PROMPT],
-        capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
-    return proc.stdout.removesuffix("\n")
 
 
 def test_greedy_replies_equal_the_cli_streamed_or_not_with_the_figures(

@@ -8,15 +8,12 @@ the server cannot do, after which it keeps serving."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
 import openai
 import pytest
-from test_serve import MODEL, OPTIONS, Served
+from serving import MODEL, OPTIONS, Served, generate_cli
 
 from gambit.engine.machine.fim import FimTokens, fim_tokens
 from gambit.engine.session import Engine, EngineConfig
@@ -31,22 +28,8 @@ PREFIX = "def add(a, b):\n    return"
 SUFFIX = "\n\n\nprint(add(1, 2))\n"
 
 
-def _engine(target: Path, draft: Path | None = None) -> Engine:
-    return Engine(
-        EngineConfig(
-            target=target, drafter="draft" if draft else "none", draft=draft,
-            target_options=OPTIONS, policy="fixed", gamma=4, kernel_cache=cache_dir(),
-        )
-    )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def served(smol_q8_0: Path, smol_q4_1: Path) -> Iterator[Served]:
-    engine = _engine(smol_q8_0, smol_q4_1)
-    s = Served(engine)
-    yield s
-    s.close()
-    engine.close()
+def _engine(target: Path) -> Engine:
+    return Engine(EngineConfig(target=target, target_options=OPTIONS, kernel_cache=cache_dir()))
 
 
 @pytest.fixture(scope="module")
@@ -60,17 +43,6 @@ def fim_model(q8_0_first8: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     )  # fmt: skip
 
 
-def generate_raw_cli(smol_q8_0: Path, smol_q4_1: Path, max_tokens: int) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "gambit", "generate", "--raw", "--target", str(smol_q8_0),
-         "--draft", str(smol_q4_1), "--policy", "fixed", "--gamma", "4", "--temp", "0",
-         "--seed", "0", "--threads", "2", "--ctx", "1024", "--max-tokens", str(max_tokens),
-         TEXT],
-        capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
-    return proc.stdout.removesuffix("\n")
-
-
 def test_a_raw_completion_whole_and_streamed_as_the_cli_writes_it(
     served: Served, smol_q8_0: Path, smol_q4_1: Path
 ) -> None:
@@ -81,7 +53,7 @@ def test_a_raw_completion_whole_and_streamed_as_the_cli_writes_it(
 def _completes_as_the_cli(client: openai.OpenAI, smol_q8_0: Path, smol_q4_1: Path) -> None:
     whole = client.completions.create(model=MODEL, prompt=TEXT, max_tokens=24, temperature=0)
     text = whole.choices[0].text
-    assert text and text == generate_raw_cli(smol_q8_0, smol_q4_1, 24)
+    assert text and text == generate_cli(smol_q8_0, smol_q4_1, 24, TEXT, raw=True)
     assert whole.object == "text_completion" and whole.choices[0].finish_reason == "length"
     assert whole.usage is not None and whole.usage.completion_tokens == 24
     assert (whole.model_extra or {})["gambit"]["drafted_tokens"] > 0  # speculation ran

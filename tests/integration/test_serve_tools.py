@@ -6,16 +6,10 @@ and a 400 naming the field for tools the server cannot use."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import jsonschema
-import pytest
-from test_serve import MODEL, OPTIONS, Served
-
-from gambit.engine.session import Engine, EngineConfig
-from gambit.storage.paths import cache_dir
+from serving import MODEL, Served
 
 WEATHER = {
     "type": "object",
@@ -34,20 +28,6 @@ TOOLS: list[Any] = [
      {"city": {"type": "string"}}, "required": ["city"]}}},
 ]  # fmt: skip
 ASK = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
-
-
-@pytest.fixture(scope="module")
-def served(smol_q8_0: Path, smol_q4_1: Path) -> Iterator[Served]:
-    engine = Engine(
-        EngineConfig(
-            target=smol_q8_0, drafter="draft", draft=smol_q4_1, target_options=OPTIONS,
-            policy="fixed", gamma=4, kernel_cache=cache_dir(),
-        )
-    )  # fmt: skip
-    s = Served(engine)
-    yield s
-    s.close()
-    engine.close()
 
 
 def test_a_tool_call_whole_and_streamed_and_its_result_sent_back(served: Served) -> None:

@@ -12,13 +12,12 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
 import pytest
+from serving import MODEL, Served
 from test_lossless import _goodness_of_fit, _prompt
-from test_serve import MODEL, OPTIONS, Served
 
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.combined import CombinedDrafter
@@ -26,11 +25,9 @@ from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import ModelRuntime
-from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.text.grammar import GrammarVocabulary, json_schema_grammar, lark_grammar
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams, process
-from gambit.storage.paths import cache_dir
 
 PERSON = {
     "type": "object",
@@ -135,20 +132,6 @@ def test_temperature_one_gives_the_constrained_distribution_exactly(
     assert by_grammar == (500 * len(forced))  # the forced tokens: drafted, always accepted
     p_value = _goodness_of_fit(samples, exact)
     assert p_value > 1e-3, f"{grammar}: p = {p_value:.2e} over {len(samples)} samples"
-
-
-@pytest.fixture(scope="module")
-def served(smol_q8_0: Path, smol_q4_1: Path) -> Iterator[Served]:
-    engine = Engine(
-        EngineConfig(
-            target=smol_q8_0, drafter="draft", draft=smol_q4_1, target_options=OPTIONS,
-            policy="fixed", gamma=4, kernel_cache=cache_dir(),
-        )
-    )  # fmt: skip
-    s = Served(engine)
-    yield s
-    s.close()
-    engine.close()
 
 
 def test_response_format_from_openai_s_client(served: Served) -> None:

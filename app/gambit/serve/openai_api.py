@@ -58,7 +58,7 @@ from gambit.serve.request_body import (
     text_prompt,
     tools_of,
 )
-from gambit.serve.tools import read_reply, with_tools
+from gambit.serve.tools import ToolReply, read_reply, with_tools
 from gambit.words import counted
 
 MAX_TOKENS_LIMIT = 32768  # as the settings' Max tokens
@@ -326,6 +326,14 @@ class _Reply:
         self.chat = chat
         self.text = echo
         self.tools = tools  # written in the tools' format: read back at its end
+        self._said: ToolReply | None = None
+
+    def said(self) -> ToolReply:
+        """The finished text read back in the tools' format (once: a call's id
+        is made there)."""
+        if self._said is None:
+            self._said = read_reply(self.text)
+        return self._said
 
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
@@ -336,7 +344,7 @@ class _Reply:
             message: dict[str, Any] = {"role": "assistant", "content": self.text}
             finish = outcome.finish_reason
             if self.tools:
-                said = read_reply(self.text)
+                said = self.said()
                 message["content"] = said.content
                 if said.calls:
                     message["tool_calls"], finish = list(said.calls), "tool_calls"
@@ -354,7 +362,7 @@ class _Reply:
         arguments) or its text."""
         if not self.tools:
             return []
-        said = read_reply(self.text)
+        said = self.said()
         if not said.calls:
             return [{"content": said.content}]
         call = said.calls[0]
@@ -381,7 +389,7 @@ class _Reply:
         else:
             body = self._head("text_completion")
             choice = {"index": 0, "text": text, "logprobs": None}
-        if finish == "stop" and self.tools and read_reply(self.text).calls:
+        if finish == "stop" and self.tools and self.said().calls:
             finish = "tool_calls"
         choice["finish_reason"] = finish
         body["choices"] = [choice]
