@@ -19,6 +19,8 @@ import pytest
 from serving import MODEL, Served
 from test_lossless import _goodness_of_fit, _prompt
 
+from gambit.bench.structured import load_shaped_prompts
+from gambit.cli.main import main
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.combined import CombinedDrafter
 from gambit.engine.drafters.draft_model import DraftModelDrafter
@@ -26,8 +28,9 @@ from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import ModelRuntime
 from gambit.engine.text.grammar import GrammarVocabulary, json_schema_grammar, lark_grammar
-from gambit.engine.text.reply import GenerationConfig
+from gambit.engine.text.reply import GenerationConfig, Round
 from gambit.engine.verification.sampling import SamplingParams, process
+from gambit.errors import GambitError
 
 PERSON = {
     "type": "object",
@@ -55,14 +58,34 @@ def test_greedy_constrained_replies_are_identical_with_speculation_on_and_off(
     model = DraftModelDrafter(rt_q4_1)
     chosen = {"grammar alone": None, "draft": model,
               "draft+lookup": CombinedDrafter(model, PromptLookupDrafter())}[drafter]  # fmt: skip
-    rounds = list(SpeculativeDecoder(rt_q8_0, chosen, FixedGamma(4)).generate(prompt, config))
+    policy = _Recording(4)
+    rounds = list(SpeculativeDecoder(rt_q8_0, chosen, policy).generate(prompt, config))
     assert [t for r in rounds for t in r.tokens] == plain
-    forced = [r for r in rounds if r.drafted_by == "grammar"]
-    assert forced and all(r.n_accepted == r.n_drafted > 0 for r in forced)  # keys, punctuation
+    # The policy learns of a drafter's tokens alone: the forced ones are, to
+    # it, part of the batch verified (as a catch-up is).
+    for rnd, seen in zip(rounds, policy.seen, strict=True):
+        assert seen.n_forced == 0 and seen.drafted_by != "grammar"
+        assert seen.outcomes == rnd.outcomes[rnd.n_forced :]
+        assert seen.n_catch_up + seen.n_drafted == rnd.n_catch_up + rnd.n_drafted
+    forced = [r for r in rounds if r.n_forced]
+    assert forced and all(r.n_accepted >= r.n_forced for r in forced)  # keys, punctuation
     if chosen is not None:
-        assert sum(r.n_drafted for r in rounds if r.drafted_by != "grammar") > 0
+        assert sum(r.n_drafted - r.n_forced for r in rounds) > 0
+        # after a forced stretch, the drafter went on in the same round
+        assert any(r.n_drafted > r.n_forced > 0 and r.drafted_by != "grammar" for r in rounds)
     text = "".join(r.text for r in rounds)
     jsonschema.validate(json.loads(text), PERSON)  # the reply is what the schema allows
+
+
+class _Recording(FixedGamma):
+    """A fixed γ that keeps the rounds it was told of."""
+
+    def __init__(self, gamma: int) -> None:
+        super().__init__(gamma)
+        self.seen: list[Round] = []
+
+    def observe(self, rnd: Round) -> None:
+        self.seen.append(rnd)
 
 
 def _exact_pairs(
@@ -114,7 +137,7 @@ def test_temperature_one_gives_the_constrained_distribution_exactly(
     )
     poor.prepare(prompt)
     decoder = SpeculativeDecoder(target, poor, FixedGamma(3))
-    samples, drafted, accepted, by_grammar = [], 0, 0, 0
+    samples, drafted, accepted, by_grammar, chained = [], 0, 0, 0, 0
     for seed in range(500):
         # (a token past the pair: a round after the forced one drafts for the pair's second)
         config = GenerationConfig(
@@ -123,13 +146,16 @@ def test_temperature_one_gives_the_constrained_distribution_exactly(
         rounds = list(decoder.generate(prompt, config))
         tokens = [t for r in rounds for t in r.tokens]
         assert tuple(tokens[: len(forced)]) == forced
-        drafted += sum(r.n_drafted for r in rounds if r.drafted_by != "grammar")
-        accepted += sum(r.n_accepted for r in rounds if r.drafted_by != "grammar")
-        by_grammar += sum(r.n_accepted for r in rounds if r.drafted_by == "grammar")
+        # (a forced stretch and the poor draft after it share a round)
+        drafted += sum(r.n_drafted - r.n_forced for r in rounds)
+        accepted += sum(max(0, r.n_accepted - r.n_forced) for r in rounds)
+        by_grammar += sum(min(r.n_forced, r.n_accepted) for r in rounds)
+        chained += any(r.n_drafted > r.n_forced > 0 for r in rounds)
         samples.append((tokens[len(forced)], tokens[len(forced) + 1]))
     assert accepted < drafted  # the draft's guesses were rejected (the residual path)
     assert accepted > 0 or forced  # and, drafting from the prompt, landed too
     assert by_grammar == (500 * len(forced))  # the forced tokens: drafted, always accepted
+    assert chained == (500 if forced else 0)  # the draft went on after them, in their round
     p_value = _goodness_of_fit(samples, exact)
     assert p_value > 1e-3, f"{grammar}: p = {p_value:.2e} over {len(samples)} samples"
 
@@ -202,3 +228,41 @@ def test_the_command_line_follows_a_schema_and_refuses_a_broken_one(
                              capture_output=True, text=True, timeout=300)  # fmt: skip
     assert refused.returncode == 2 and "the JSON schema cannot be used" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_the_structured_bench_compares_every_way_of_drafting_a_constrained_reply(
+    q8_0_first8: Path, q4_1_first8: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The bundled suite's first four: three extractions and a tool call.
+    args = ["bench", "--structured", "--limit", "4", "--target", q8_0_first8, "--draft",
+            q4_1_first8, "--max-tokens", "64", "--threads", "1", "--json"]  # fmt: skip
+    assert main([str(a) for a in args]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = report["rows"]
+    both = "grammar + draft model"
+    assert list(rows) == ["free", "constrained", "grammar", "draft model alone", both]
+    for name, row in rows.items():
+        assert row["tokens_per_s"] > 0 and len(row["per_prompt"]) == 4
+        assert row["invalid"] == 0  # every constrained reply parsed (or was cut)
+        # the grammar drafted what it forced only where it was asked to
+        assert (row["forced_share"] > 0) == (name in ("grammar", both)), name
+    assert rows["constrained"]["over_constrained"] == 1.0
+    assert report["mask_cost"] is not None and report["both_over_drafter_alone"] > 0
+
+
+def test_a_bench_prompt_with_a_schema_the_grammar_refuses_is_named_by_its_line(
+    tmp_path: Path,
+) -> None:
+    suite = tmp_path / "shaped.jsonl"
+    good = {"prompt": "a", "suite": "s", "schema": PERSON}
+    bad = {"prompt": "b", "schema": {"type": "object", "properties": {"a": {"$ref": "#/x"}}}}
+    suite.write_text(f"{json.dumps(good)}\n\n{json.dumps(bad)}\n")
+    with pytest.raises(GambitError, match=r"shaped\.jsonl:3: .*schema"):
+        load_shaped_prompts(suite)
+    assert [p.suite for p in load_shaped_prompts(_first_line(suite, tmp_path))] == ["s"]
+
+
+def _first_line(path: Path, folder: Path) -> Path:
+    first = folder / "first.jsonl"
+    first.write_text(path.read_text().splitlines()[0] + "\n")
+    return first

@@ -8,6 +8,7 @@ import pytest
 
 from gambit.engine.gamma.metrics import (
     NO_FIGURE,
+    GenerationStats,
     MetricsTracker,
     format_accepted,
     format_rate,
@@ -109,3 +110,13 @@ def test_formats_are_shared() -> None:
     assert format_speedup(1.074) == "1.07×"
     assert format_accepted(13, 17) == "accepted 13/17 (76%)"
     assert format_accepted(0, 0) == "accepted 0/0"
+
+
+def test_a_round_that_chained_a_draft_after_forced_tokens_credits_each() -> None:
+    stats = GenerationStats()
+    # 3 forced keys, then the draft model's 4, of which 2 landed; then the
+    # grammar alone (2 forced); then a draft of 3 missed at once.
+    stats.add(dataclasses.replace(rnd(0, 0.1, 6, 7, 5), n_forced=3, drafted_by="draft model"))
+    stats.add(dataclasses.replace(rnd(1, 0.2, 3, 2, 2), n_forced=2, drafted_by="grammar"))
+    stats.add(dataclasses.replace(rnd(2, 0.3, 1, 3, 0), drafted_by="draft model"))
+    assert stats.accepted_by_drafter == {"grammar": 5, "draft model": 2}

@@ -12,7 +12,9 @@ these names from here, never a module inside.
 - ``served``: ``--through-server``, the local server's cost per token;
 - ``reuse``: ``--reuse``, what prompt lookup's memory of earlier chats is worth;
 - ``load``: ``--load``, automatic threads against each fixed count under a
-  background load.
+  background load;
+- ``structured``: ``--structured``, replies constrained to a JSON schema, the
+  grammar drafting what it forces.
 """
 
 import argparse
@@ -36,6 +38,7 @@ from gambit.bench.regimes import DRAFTERS as REGIME_DRAFTERS
 from gambit.bench.regimes import run_regimes_cli
 from gambit.bench.reuse import run_reuse_cli
 from gambit.bench.runner import TARGET_ONLY, run_bench
+from gambit.bench.structured import run_structured_cli
 from gambit.engine.session import EngineConfig
 from gambit.engine.verification.sampling import SamplingParams
 
@@ -68,4 +71,5 @@ __all__ = [
     "run_regimes_cli",
     "run_reuse_cli",
     "run_served_bench",
+    "run_structured_cli",
 ]

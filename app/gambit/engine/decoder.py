@@ -30,13 +30,8 @@ from gambit.engine.gamma.policy import DEFAULT_GAMMA, FixedGamma, GammaPolicy
 from gambit.engine.machine.runtime import FloatRows, ModelRuntime
 from gambit.engine.machine.threads import ThreadCount
 from gambit.engine.machine.tokens import common_prefix_length
-from gambit.engine.text.grammar import (
-    GRAMMAR_SOURCE,
-    GrammarError,
-    GrammarState,
-    GrammarVocabulary,
-)
-from gambit.engine.text.reply import GenerationConfig, Round, StopReason
+from gambit.engine.text.grammar import GrammarError, GrammarState, GrammarVocabulary
+from gambit.engine.text.reply import GRAMMAR_SOURCE, GenerationConfig, Round, StopReason
 from gambit.engine.text.text_stream import TextStream
 from gambit.engine.verification.sampling import Distribution, SamplingParams, process
 from gambit.engine.verification.tree import DraftTree
@@ -109,11 +104,17 @@ class _TreeRows:
 
 
 def _as_batch(rnd: Round) -> Round:
-    """A round the grammar drafted, as the policy learns from it: a batch of
-    the tokens it verified, nothing drafted (the draft model did not read them)."""
+    """A round that began with tokens its grammar forced, as the policy learns
+    from it: those tokens verified in the batch as a catch-up is, and the
+    drafter's tokens after them (if any) as its draft."""
+    n = rnd.n_forced
+    if rnd.drafted_by == GRAMMAR_SOURCE:
+        n = rnd.n_drafted  # (the grammar alone: nothing drafted)
     return replace(
-        rnd, n_drafted=0, n_accepted=0, outcomes=(), main_outcomes=None, drafted_by="",
-        n_catch_up=rnd.n_catch_up + rnd.n_drafted,
+        rnd, n_drafted=rnd.n_drafted - n, n_accepted=max(0, rnd.n_accepted - n),
+        outcomes=rnd.outcomes[n:], gamma=max(0, rnd.gamma - n), main_outcomes=None,
+        drafted_by="" if rnd.n_drafted == n else rnd.drafted_by, n_forced=0,
+        n_catch_up=rnd.n_catch_up + n,
     )  # fmt: skip
 
 
@@ -272,9 +273,9 @@ class SpeculativeDecoder:
                 if rnd is None:
                     yield self._final(reply, StopReason.CONTEXT_FULL)
                     return
-                # (a round the grammar drafted is, to the policy, the batch it
-                # verified: its certain acceptance says nothing of a drafter's)
-                self.policy.observe(rnd if rnd.drafted_by != GRAMMAR_SOURCE else _as_batch(rnd))
+                # (the tokens a grammar forced are, to the policy, part of the
+                # batch it verified: their certain acceptance says nothing of a drafter's)
+                self.policy.observe(_as_batch(rnd) if rnd.n_forced else rnd)
                 yield rnd
                 if rnd.stop is not None:
                     return
@@ -296,6 +297,7 @@ class SpeculativeDecoder:
         if room < 0:
             return None
         ready = self._read_prompt(reply, config.max_tokens, cancel)
+        reply.forced = ()  # (the plan's, if any)
         gamma, n_side = (
             self._plan(reply, config.max_tokens, room, len(pending), trees) if ready else (0, 0)
         )
@@ -330,6 +332,7 @@ class SpeculativeDecoder:
             n_catch_up=len(pending) - 1,
             t_prompt_s=t_prompt_s,
             drafted_by=reply.source if verdict.n_drafted else "",
+            n_forced=len(reply.forced),
             threads=self.threads.current if self.threads is not None else 0,
         )
 
@@ -404,28 +407,36 @@ class SpeculativeDecoder:
         """This round's γ and side nodes: the policy's, within the tokens the
         reply may still have, the context's free slots and the batch."""
         drafter = self.drafter
-        reply.forced = ()
-        if self.speculation_enabled and self.grammar_drafts and reply.grammar is not None:
+        if not self.speculation_enabled:
+            return 0, 0
+        if self.grammar_drafts and reply.grammar is not None:
             forced = reply.grammar.forced()
             if forced:  # (free and certain: drafted whatever the policy says)
-                gamma = max(0, min(len(forced), max_tokens - reply.n_generated - 1, room))
-                reply.forced, reply.source = forced[:gamma], GRAMMAR_SOURCE
-                return len(reply.forced), 0
-        if drafter is None or not self.speculation_enabled:
-            return 0, 0
+                n = max(0, min(len(forced), max_tokens - reply.n_generated - 1, room))
+                reply.forced, reply.source = forced[:n], GRAMMAR_SOURCE
+                if n < len(forced):  # (no room after them)
+                    return n, 0
+        if drafter is None:
+            return len(reply.forced), 0
+        # After a forced stretch, the drafter goes on from where it ends.
+        n_forced = len(reply.forced)
+        context = [*reply.context, *reply.forced] if n_forced else reply.context
         if reply.choosing:
             choosing = cast(ChoosingDrafter, drafter)
-            options = choosing.options(reply.context)
+            options = choosing.options(context)
             option = self.policy.choose(options) if options else None
             if option is not None:
                 choosing.use(option)
         else:
-            option = drafter.option(reply.context)
-        if option is None:  # nothing to propose: a plain round
-            return 0, 0
-        reply.source = option.source
-        remaining = max_tokens - reply.n_generated
-        gamma = max(0, min(self.policy.decide_gamma(option), remaining - 1, room))
+            option = drafter.option(context)
+        if option is None:  # nothing to propose: a plain round (or the forced stretch)
+            return n_forced, 0
+        remaining = max_tokens - reply.n_generated - n_forced
+        gamma = max(0, min(self.policy.decide_gamma(option), remaining - 1, room - n_forced))
+        if gamma > 0:
+            reply.source = option.source
+        if n_forced:
+            return n_forced + gamma, 0
         if gamma == 0 or not trees:
             return gamma, 0
         n_side = min(
@@ -440,8 +451,14 @@ class SpeculativeDecoder:
         """The drafter's proposal: a chain, or a tree when side nodes were planned
         (None for the tree when it came back without side nodes)."""
         drafter = self.drafter
-        if reply.forced:  # the grammar's: point masses, verified in the batch
-            return Draft(reply.forced), None
+        forced = reply.forced
+        if forced:  # the grammar's: point masses, verified in the batch
+            if drafter is None or gamma <= len(forced):
+                return Draft(forced), None
+            after = drafter.draft([*reply.context, *forced], gamma - len(forced),
+                                  reply.sampling, reply.rng_draft)  # fmt: skip
+            q = [*map(Distribution.point, forced), *after.q] if after.q is not None else None
+            return Draft(forced + after.tokens, q, after.n_synced, after.t_synced_s), None
         if drafter is None or gamma <= 0:
             return EMPTY_DRAFT, None
         if n_side > 0:

@@ -68,7 +68,7 @@ from typing import Final
 import numpy as np
 
 from gambit.engine.drafters.registry import DRAFTERS
-from gambit.engine.text.reply import Round
+from gambit.engine.text.reply import GRAMMAR_SOURCE, Round
 from gambit.words import counted
 
 # A drafter's name (Drafter.name, its short name) -> its tag: "lookup", "draft".
@@ -115,7 +115,12 @@ class GenerationStats:
             self.thread_counts.append(rnd.threads)
         if rnd.drafted_by:
             by = self.accepted_by_drafter
-            by[rnd.drafted_by] = by.get(rnd.drafted_by, 0) + rnd.n_accepted
+            forced = min(rnd.n_forced, rnd.n_accepted)  # (the grammar's, before the drafter's)
+            if forced and rnd.drafted_by != GRAMMAR_SOURCE:
+                by[GRAMMAR_SOURCE] = by.get(GRAMMAR_SOURCE, 0) + forced
+            else:
+                forced = 0
+            by[rnd.drafted_by] = by.get(rnd.drafted_by, 0) + rnd.n_accepted - forced
         for i, accepted in enumerate(rnd.outcomes):
             if i == len(self.tried_by_position):
                 self.tried_by_position.append(0)

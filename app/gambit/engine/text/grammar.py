@@ -31,9 +31,6 @@ from gambit.engine.machine.runtime import ModelRuntime
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions  # (a TypedDict of its stubs)
 
-# What drafts a round of the tokens a grammar forces (``Round.drafted_by``):
-# point masses the target verifies in one batch, always accepted.
-GRAMMAR_SOURCE = "grammar"
 # JSON laid out on one line, ", " and ": " between items: one way to write
 # each value, so a schema's keys and punctuation are forced (drafted free)
 # instead of left to whitespace the model might choose (a schema may ask for

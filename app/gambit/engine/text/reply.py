@@ -57,6 +57,11 @@ class Round:
     # The name of what drafted this round (a source of a ChoosingDrafter, or
     # the drafter itself: "prompt lookup"); "" where nothing was drafted.
     drafted_by: str = ""
+    # Of the drafts, the first this many were forced by the reply's grammar
+    # (point masses: gambit.engine.text.grammar); after them, ``drafted_by``
+    # drafted the rest. A round the grammar drafted alone has drafted_by
+    # GRAMMAR_SOURCE and n_forced == n_drafted.
+    n_forced: int = 0
     # The CPU threads the round decoded on, which follow the load
     # (gambit.engine.machine.threads); 0: not known (a unit test's target).
     threads: int = 0
@@ -78,6 +83,12 @@ class Round:
         n = len(self.tokens)
         k = min(self.n_accepted, n)
         return (True,) * k + (False,) * (n - k)
+
+
+# What drafts the tokens a grammar forces (``Round.drafted_by``, the
+# statistics' name): point masses the target verifies in its batch, always
+# accepted (gambit.engine.text.grammar).
+GRAMMAR_SOURCE = "grammar"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,91 @@
+"""``gambit-cli bench --regimes``'s arguments (``gambit.cli.main`` builds the
+rest of the bench's)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gambit.bench import REGIME_DRAFTERS, REGIME_TARGETS
+from gambit.engine.gamma.policy import DEFAULT_GAMMA_MAX
+
+
+def add_regimes_args(bench: argparse.ArgumentParser) -> None:
+    regimes = bench.add_argument_group(
+        "regimes",
+        "--regimes derives targets from the model (--target, default: the embedded one), "
+        "which also serves as the draft: cost-scaled ones (F32x4: four times the blocks, "
+        "the added ones with zero outputs, so a draft step costs about a tenth of a target "
+        "step, as with real pairs) and re-quantized ones (F16, F32, Q8_0); it runs each "
+        "with each drafter under target-only, adaptive and fixed γ 1-8 (up to 16 and trees "
+        "on the scaled ones) (docs/performance.md)",
+    )
+    regimes.add_argument(
+        "--regimes", action="store_true", help="the compute- and bandwidth-bound benchmark"
+    )
+    regimes.add_argument(
+        "--targets",
+        default=REGIME_TARGETS,
+        help=f"target types, F16/F32/Q8_0, xN to scale (default {REGIME_TARGETS})",
+    )
+    regimes.add_argument(
+        "--drafters",
+        default=",".join(REGIME_DRAFTERS),
+        help=f"drafters to compare (default {','.join(REGIME_DRAFTERS)})",
+    )
+    regimes.add_argument(
+        "--per-suite", type=int, default=4, help="prompts per suite (default 4; 0: all)"
+    )
+    regimes.add_argument(
+        "--fixed",
+        type=_gamma_list,
+        default=None,
+        metavar="N[,N]|none",
+        help="the fixed γs to compare with adaptive (default: 1,2,4,8, up to 16 on cost-scaled "
+        "targets; none: adaptive against target-only alone)",
+    )
+    regimes.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start each prompt's adaptive run from the calibration with nothing learned, "
+        "as a new process's first reply does (default: it learns across the prompts)",
+    )
+    regimes.add_argument(
+        "--draft-without",
+        type=_block_list,
+        default=(),
+        metavar="N[,N]",
+        help="a weaker draft of the same tokenizer: the draft (--draft, default the model "
+        "itself) with these blocks left out (e.g. 15, a middle block of SmolLM2's 30)",
+    )
+    regimes.add_argument(
+        "--out", type=Path, help="also write regimes.json, regimes.md and regimes.png here"
+    )
+
+
+def _block_list(text: str) -> tuple[int, ...]:
+    """ "15" or "14,16" -> block numbers (argparse type)."""
+    try:
+        blocks = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        blocks = ()
+    if not blocks or min(blocks) < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected block numbers such as 15 or 14,16, not {text!r}"
+        )
+    return blocks
+
+
+def _gamma_list(text: str) -> tuple[int, ...]:
+    """ "1,2,4" or "none" -> fixed γs (argparse type)."""
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        gammas = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        gammas = ()
+    if not gammas or min(gammas) < 1 or max(gammas) > DEFAULT_GAMMA_MAX:
+        raise argparse.ArgumentTypeError(
+            f"expected γs from 1 to {DEFAULT_GAMMA_MAX} (1,2,4) or none, not {text!r}"
+        )
+    return gammas
