@@ -5,11 +5,15 @@ and a 400 naming the field for tools the server cannot use."""
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import jsonschema
-from serving import MODEL, Served
+from serving import DEADLINE_S, MODEL, Served
 
 WEATHER = {
     "type": "object",
@@ -84,6 +88,29 @@ def test_a_named_tool_is_the_one_called(served: Served) -> None:
     assert call.function.name == "get_time"
 
 
+def test_parallel_calls_whole_and_streamed(served: Served) -> None:
+    ask = [{"role": "user", "content": "What are the weather and the time in Paris?"}]
+    common: dict[str, Any] = {"model": MODEL, "messages": ask, "tools": TOOLS, "temperature": 0,
+                              "max_tokens": 320, "tool_choice": "required",
+                              "parallel_tool_calls": True}  # fmt: skip
+    with served.client() as client:
+        whole = client.chat.completions.create(**common)
+        chunks = list(client.chat.completions.create(**common, stream=True))
+    calls = whole.choices[0].message.tool_calls or []
+    assert whole.choices[0].finish_reason == "tool_calls" and calls
+    for call in calls:
+        schema = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+        jsonschema.validate(json.loads(call.function.arguments), schema[call.function.name])
+    streamed: dict[int, list[str]] = {}
+    for delta in (d for c in chunks for d in (c.choices[0].delta.tool_calls or [])):
+        streamed.setdefault(delta.index, []).append(
+            delta.function.name or "" if delta.id else delta.function.arguments or ""
+        )
+    assert [(name, json.loads(arguments)) for name, arguments in streamed.values()] == [
+        (c.function.name, json.loads(c.function.arguments)) for c in calls
+    ]
+
+
 def test_tools_the_server_cannot_use_are_a_400_naming_the_field(served: Served) -> None:
     nameless = [{"type": "function", "function": {"parameters": WEATHER}}]
     broken = [{"type": "function", "function": {"name": "f", "parameters": {"type": "nonsense"}}}]
@@ -95,6 +122,7 @@ def test_tools_the_server_cannot_use_are_a_400_naming_the_field(served: Served) 
          "tool_choice"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+        ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
         ({"messages": [*ASK, {"role": "tool", "content": 5}]}, "messages"),
     ]:  # fmt: skip
         body = {"model": MODEL, "messages": ASK, **extra}
@@ -103,3 +131,23 @@ def test_tools_the_server_cannot_use_are_a_400_naming_the_field(served: Served) 
     with served.client() as client:  # ... and the server keeps serving
         again = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4)
     assert again.choices[0].message.content
+
+
+def test_the_worked_example_in_the_server_s_documentation_runs(served: Served) -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "server.md").read_text(encoding="utf-8")
+    section = doc.split("### A worked example", 1)[1]
+    script = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert script.count('base_url="http://127.0.0.1:8000/v1"') == 1
+    script = script.replace("http://127.0.0.1:8000/v1", served.server.base_url)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=DEADLINE_S,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    said = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
+    assert set(said) == {"person", "call", "answer"}
+    person = ast.literal_eval(said["person"])
+    assert isinstance(person["name"], str) and isinstance(person["age"], int)
+    name, arguments = said["call"].split(" ", 1)
+    assert name == "get_weather"
+    assert ast.literal_eval(arguments)["unit"] in ("celsius", "fahrenheit")

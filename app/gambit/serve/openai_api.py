@@ -157,9 +157,9 @@ class _Api:
         body = await json_body(request)
         # The body's shape first: a malformed request is a 400 naming its
         # field, whichever model it asks for.
-        messages = chat_messages(body.get("messages"))
-        stream = flag(body, "stream")
         tools = tools_of(body)
+        messages = chat_messages(body.get("messages"), tools is not None and tools[0].parallel)
+        stream = flag(body, "stream")
         grammar = tools[1] if tools else response_grammar(body.get("response_format"))
         model = self._model(body)
         config = self._config(body)  # (max_tokens is checked against the model's context)
@@ -358,18 +358,20 @@ class _Reply:
         return JSONResponse(body)
 
     def tool_deltas(self) -> list[dict[str, Any]]:
-        """A tools reply, streamed at its end: its call (the name, then the
-        arguments) or its text."""
+        """A tools reply, streamed at its end: each call (the name, then the
+        arguments, by its index) or its text."""
         if not self.tools:
             return []
         said = self.said()
         if not said.calls:
             return [{"content": said.content}]
-        call = said.calls[0]
-        head = {"index": 0, "id": call["id"], "type": "function",
-                "function": {"name": call["function"]["name"], "arguments": ""}}  # fmt: skip
-        arguments = {"index": 0, "function": {"arguments": call["function"]["arguments"]}}
-        return [{"tool_calls": [head]}, {"tool_calls": [arguments]}]
+        deltas = []
+        for i, call in enumerate(said.calls):
+            head = {"index": i, "id": call["id"], "type": "function",
+                    "function": {"name": call["function"]["name"], "arguments": ""}}  # fmt: skip
+            arguments = {"index": i, "function": {"arguments": call["function"]["arguments"]}}
+            deltas += [{"tool_calls": [head]}, {"tool_calls": [arguments]}]
+        return deltas
 
     def delta(self, delta: dict[str, Any]) -> dict[str, Any]:
         body = self._head("chat.completion.chunk")

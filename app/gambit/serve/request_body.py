@@ -58,10 +58,11 @@ async def json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def chat_messages(value: object) -> list[Message]:
+def chat_messages(value: object, parallel_calls: bool = False) -> list[Message]:
     """The conversation, refused as the window refuses an empty message: it
     needs a user message (a tool's result counts), and the last one must
-    have text."""
+    have text. ``parallel_calls``: an assistant's tool calls are written as
+    one list (``gambit.serve.tools``)."""
     if not isinstance(value, list) or not value:
         raise invalid(
             'messages must be a list of messages, each {"role": ..., "content": ...}.', "messages"
@@ -71,7 +72,7 @@ def chat_messages(value: object) -> list[Message]:
         if not isinstance(m, dict) or m.get("role") not in (*ROLES, "tool"):
             raise invalid(f"messages[{i}] needs a role of {', '.join(ROLES)} or tool.", "messages")
         try:  # (a tool's result, an assistant's calls: gambit.serve.tools)
-            called = tool_message(m, i)
+            called = tool_message(m, i, parallel_calls)
         except ToolError as exc:
             raise invalid(str(exc), exc.param) from None
         out.append(called or Message(m["role"], content(m.get("content"), i)))

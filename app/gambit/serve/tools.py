@@ -3,9 +3,11 @@
 A request's ``tools`` (OpenAI's function tools) are described in the system
 message, and the reply is constrained (``gambit.engine.text.grammar``) to
 JSON that either calls one of them, ``{"tool_call": {"name": ..., "arguments":
-{...}}}`` with the arguments its schema allows, or (``tool_choice`` "auto")
-answers in text, ``{"response": "..."}`` — as llama.cpp's generic tool-call
-handler does for templates that do not take tools. A call comes back as
+{...}}}`` with the arguments its schema allows (with ``parallel_tool_calls``,
+one or more: ``{"tool_calls": [{"name": ..., "arguments": {...}}, ...]}``),
+or (``tool_choice`` "auto") answers in text, ``{"response": "..."}`` — as
+llama.cpp's generic tool-call handler does for templates that do not take
+tools. A call comes back as
 OpenAI's ``tool_calls``, and the conversation's earlier calls and their
 results (``role: "tool"``) go back in the same format.
 """
@@ -22,6 +24,10 @@ from gambit.engine.text.chat import Message
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # as OpenAI's API
 TOOLS_MAX = 128
+# Most calls in one reply with parallel_tool_calls: a small model that
+# repeats its calls stops there, where it would run on to max_tokens and
+# come back as text.
+PARALLEL_CALLS_MAX = 8
 
 
 class ToolError(ValueError):
@@ -43,10 +49,11 @@ class Tool:
 class ToolUse:
     """The tools a request offers and how its reply may use them: ``choice``
     "auto" (call one, or answer in text), "required" (call one), or a tool's
-    name (call that one)."""
+    name (call that one); ``parallel``: one or more calls in a reply."""
 
     tools: tuple[Tool, ...]
     choice: str
+    parallel: bool = False
 
     @property
     def offered(self) -> tuple[Tool, ...]:
@@ -56,10 +63,14 @@ class ToolUse:
 
     def schema(self) -> dict[str, Any]:
         """The JSON the reply must be."""
-        calls = [
-            _object(tool_call=_object(name={"const": t.name}, arguments=t.parameters))
-            for t in self.offered
-        ]
+        one = [_object(name={"const": t.name}, arguments=t.parameters) for t in self.offered]
+        if self.parallel:
+            items = one[0] if len(one) == 1 else {"anyOf": one}
+            listed = {"type": "array", "items": items, "minItems": 1,
+                      "maxItems": PARALLEL_CALLS_MAX}  # fmt: skip
+            calls = [_object(tool_calls=listed)]
+        else:
+            calls = [_object(tool_call=call) for call in one]
         if self.choice == "auto":
             calls.append(_object(response={"type": "string"}))
         return calls[0] if len(calls) == 1 else {"anyOf": calls}
@@ -70,8 +81,11 @@ class ToolUse:
             json.dumps({"name": t.name, "description": t.description, "parameters": t.parameters})
             for t in self.offered
         )
-        call = '{"tool_call": {"name": <a tool\'s name>, "arguments": <its arguments>}}'
-        how = f"reply with {call} to call a tool"
+        call = '{"name": <a tool\'s name>, "arguments": <its arguments>}'
+        if self.parallel:
+            how = f'reply with {{"tool_calls": [{call}, ...]}} to call one or more tools'
+        else:
+            how = f'reply with {{"tool_call": {call}}} to call a tool'
         if self.choice == "auto":
             how += ', or with {"response": <your answer>} to answer without one'
         return f"You can use these tools:\n{listed}\nReply in JSON only: {how}."
@@ -90,8 +104,9 @@ def tool_use(body: dict[str, Any]) -> ToolUse | None:
     tools = tuple(_tool(t, i) for i, t in enumerate(raw))
     if len({t.name for t in tools}) < len(tools):
         raise ToolError("tools must have different names.", "tools")
+    parallel = parallel_calls(body)
     if choice is None or choice in ("auto", "required", "none"):
-        return None if choice == "none" else ToolUse(tools, choice or "auto")
+        return None if choice == "none" else ToolUse(tools, choice or "auto", parallel)
     named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
     if not isinstance(choice, dict) or choice.get("type") != "function" or named is None:
         raise ToolError(
@@ -103,7 +118,16 @@ def tool_use(body: dict[str, Any]) -> ToolUse | None:
         raise ToolError(
             f"tool_choice names {named!r}, which is not among the tools.", "tool_choice"
         )
-    return ToolUse(tools, named)
+    return ToolUse(tools, named, parallel)
+
+
+def parallel_calls(body: dict[str, Any]) -> bool:
+    """``parallel_tool_calls``: whether a reply may call several tools (off
+    unless asked for, as llama.cpp's server has it)."""
+    parallel = body.get("parallel_tool_calls", False)
+    if not isinstance(parallel, bool):
+        raise ToolError("parallel_tool_calls must be true or false.", "parallel_tool_calls")
+    return parallel
 
 
 def _tool(raw: object, i: int) -> Tool:
@@ -129,10 +153,10 @@ def with_tools(messages: list[Message], use: ToolUse) -> list[Message]:
     return [Message("system", use.instructions()), *messages]
 
 
-def tool_message(raw: dict[str, Any], i: int) -> Message | None:
+def tool_message(raw: dict[str, Any], i: int, parallel: bool = False) -> Message | None:
     """A message of the tool conversation in the generic format: a tool's
     result (``role: "tool"``) as the user's turn, an assistant's calls as the
-    JSON it wrote (None: an ordinary message)."""
+    JSON it wrote (``parallel``: as one list; None: an ordinary message)."""
     if raw.get("role") == "tool":
         content = raw.get("content")
         if not isinstance(content, str):
@@ -155,8 +179,11 @@ def tool_message(raw: dict[str, Any], i: int) -> Message | None:
             raise ToolError(
                 f"messages[{i}]: a call's arguments must be JSON.", "messages"
             ) from None
-        written.append({"tool_call": {"name": function["name"], "arguments": arguments}})
-    return Message("assistant", " ".join(json.dumps(w, ensure_ascii=False) for w in written))
+        written.append({"name": function["name"], "arguments": arguments})
+    if parallel:
+        return Message("assistant", json.dumps({"tool_calls": written}, ensure_ascii=False))
+    said = (json.dumps({"tool_call": w}, ensure_ascii=False) for w in written)
+    return Message("assistant", " ".join(said))
 
 
 @dataclass(frozen=True)
@@ -174,15 +201,21 @@ def read_reply(text: str) -> ToolReply:
         found = json.loads(text)
     except ValueError:
         return ToolReply(text)
-    call = found.get("tool_call") if isinstance(found, dict) else None
-    if isinstance(call, dict) and isinstance(call.get("name"), str):
-        arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
-        function = {"name": call["name"], "arguments": arguments}
-        return ToolReply(None, ({"id": f"call_{secrets.token_hex(12)}", "type": "function",
-                                 "function": function},))  # fmt: skip
-    if isinstance(found, dict) and isinstance(found.get("response"), str):
+    if not isinstance(found, dict):
+        return ToolReply(text)
+    listed = found.get("tool_calls")
+    calls = listed if isinstance(listed, list) else [found.get("tool_call")]
+    if calls and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
+        return ToolReply(None, tuple(map(_openai_call, calls)))
+    if isinstance(found.get("response"), str):
         return ToolReply(found["response"])
     return ToolReply(text)
+
+
+def _openai_call(call: dict[str, Any]) -> dict[str, Any]:
+    arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
+    function = {"name": call["name"], "arguments": arguments}
+    return {"id": f"call_{secrets.token_hex(12)}", "type": "function", "function": function}
 
 
 def _object(**properties: Any) -> dict[str, Any]:
