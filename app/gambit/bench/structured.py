@@ -199,13 +199,14 @@ def report(rows: dict[str, Row], prompts: list[ShapedPrompt]) -> dict[str, Any]:
 
 
 def format_report(summary: dict[str, Any]) -> str:
-    lines = [f"{'row':<28} {'tok/s':>7} {'÷ constrained':>14} {'worst prompt':>13} "
+    width = max(len(name) for name in summary["rows"])  # (a drafter's name may be long)
+    lines = [f"{'row':<{width}} {'tok/s':>7} {'÷ constrained':>14} {'worst prompt':>13} "
              f"{'forced':>7}  replies"]  # fmt: skip
     for name, row in summary["rows"].items():
         ratio, worst = row["over_constrained"], row["worst_prompt"]
         replies = "" if name == FREE else _replies_word(row)
         lines.append(
-            f"{name:<28} {row['tokens_per_s']:7.1f} "
+            f"{name:<{width}} {row['tokens_per_s']:7.1f} "
             f"{_x(ratio):>14} {_x(worst):>13} {row['forced_share']:7.0%}  {replies}"
         )
     mask = summary["mask_cost"]
