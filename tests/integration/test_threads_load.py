@@ -23,7 +23,12 @@ from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import ModelRuntime, RuntimeOptions
-from gambit.engine.machine.threads import LoadSampler, ThreadCount, default_threads
+from gambit.engine.machine.threads import (
+    LoadSampler,
+    ThreadCount,
+    default_threads,
+    load_sampler,
+)
 from gambit.engine.session import Engine, EngineConfig
 from gambit.engine.text.reply import GenerationConfig
 from gambit.engine.verification.sampling import SamplingParams
@@ -141,6 +146,13 @@ def test_bench_under_a_busy_core_runs_auto_on_the_cores_left_and_each_fixed_coun
     prompts.write_text(json.dumps({"prompt": "Name three colours.", "suite": "chat"}) + "\n")
     args = ["bench", "--load", "none,busy", "--prompts", prompts, "--target", q8_0_first8,
             "--draft", q4_1_first8, "--max-tokens", "12", "--json"]  # fmt: skip
+    # Another program's load that ends as the bench starts: its quiet phase
+    # waits for the automatic count to follow (it ran on what came before).
+    load_sampler().start()
+    loop = busy_loop()
+    time.sleep(1.5)
+    loop.kill()
+    loop.wait()
     assert main([str(a) for a in args]) == 0
     report = json.loads(capsys.readouterr().out)
     most = default_threads()

@@ -33,7 +33,7 @@ from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
 
 PERIOD_S = 0.01  # a duty-cycled load spins this share of every period
-SETTLE_S = 1.5  # after a load starts: the automatic count has followed it by then
+SETTLE_S = 1.5  # after a load starts or ends: the automatic count has followed it by then
 AUTO = "auto"
 _SPIN = (
     "import sys, time\n"
@@ -122,7 +122,9 @@ def run_load_bench(
         }
         process = load.start()
         try:
-            time.sleep(SETTLE_S if process is not None else 0.0)
+            # (quiet too: the automatic count follows this load, not the one before,
+            # a phase's or another program's that just ended)
+            time.sleep(SETTLE_S)
             for i, prompt in enumerate(prompts * repeat):
                 turns = [(s, m) for s in settings for m in modes]
                 k = i % len(turns)
