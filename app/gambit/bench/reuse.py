@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gambit.bench.paired import paired_ratio
-from gambit.bench.runner import run_once
+from gambit.bench.runner import json_lines, run_once
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.registry import COPYING_DRAFTERS
 from gambit.engine.gamma.metrics import GenerationStats
@@ -52,25 +52,14 @@ class ReuseScenario:
 def load_scenarios(path: Path) -> list[ReuseScenario]:
     """The suite's lines, ``{"earlier": [...], "prompt": ...}``; a GambitError
     naming the line for anything else."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise GambitError(f"cannot read the reuse suite {path}: {exc}") from exc
-    scenarios: list[ReuseScenario] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            earlier = tuple(str(text) for text in obj.get("earlier", ()))
-            scenarios.append(ReuseScenario(earlier, str(obj["prompt"])))
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-            raise GambitError(
-                f'{path}:{n}: expected {{"earlier": [...], "prompt": ...}} ({exc})'
-            ) from exc
-    if not scenarios:
-        raise GambitError(f"no scenarios in {path}")
-    return scenarios
+    return json_lines(
+        path,
+        lambda obj: ReuseScenario(
+            tuple(str(text) for text in obj.get("earlier", ())), str(obj["prompt"])
+        ),
+        '{"earlier": [...], "prompt": ...}',
+        "scenarios",
+    )
 
 
 @dataclass

@@ -16,9 +16,10 @@ import json
 import sys
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gambit.engine.gamma.metrics import NO_FIGURE, GenerationStats, format_sources, speedup
 from gambit.engine.gamma.policy import PolicyMode
@@ -30,6 +31,7 @@ from gambit.engine.verification.sampling import SamplingParams
 from gambit.errors import GambitError, OperationCancelledError
 
 TARGET_ONLY = "target-only"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -38,23 +40,35 @@ class BenchPrompt:
     suite: str
 
 
-def load_prompts(path: Path) -> list[BenchPrompt]:
-    if not path.is_file():
-        raise GambitError(f"prompts file not found: {path}")
-    prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+def json_lines(
+    path: Path, read: Callable[[Any], T], expected: str, what: str = "prompts"
+) -> list[T]:
+    """A JSON Lines suite, each line that is not blank ``read`` into an item;
+    a GambitError naming the file, and the line with what it should be
+    (``expected``), for anything else."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise GambitError(f"cannot read {path}: {exc}") from exc
+    items = []
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-            prompts.append(BenchPrompt(str(obj["prompt"]), str(obj.get("suite", "default"))))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise GambitError(
-                f'{path}:{n}: expected a JSON object with a "prompt" key ({exc})'
-            ) from exc
-    if not prompts:
-        raise GambitError(f"no prompts in {path}")
-    return prompts
+            items.append(read(json.loads(line)))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # (JSON's errors too)
+            raise GambitError(f"{path}:{n}: expected {expected} ({exc})") from exc
+    if not items:
+        raise GambitError(f"no {what} in {path}")
+    return items
+
+
+def load_prompts(path: Path) -> list[BenchPrompt]:
+    return json_lines(
+        path,
+        lambda obj: BenchPrompt(str(obj["prompt"]), str(obj.get("suite", "default"))),
+        'a JSON object with a "prompt" key',
+    )
 
 
 def parse_policy(

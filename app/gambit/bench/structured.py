@@ -25,6 +25,7 @@ it to the schema); one that does not is reported, and a reply cut at
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import threading
@@ -34,13 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gambit.bench.runner import run_once
+from gambit.bench.runner import json_lines, run_once
 from gambit.engine.gamma.metrics import GenerationStats
 from gambit.engine.session import Engine, EngineConfig, GammaController
-from gambit.engine.text.grammar import GrammarError, json_schema_grammar
+from gambit.engine.text.grammar import json_schema_grammar
 from gambit.engine.text.reply import GRAMMAR_SOURCE, GenerationConfig, Round, StopReason
 from gambit.engine.verification.sampling import SamplingParams
-from gambit.errors import GambitError, OperationCancelledError
+from gambit.errors import OperationCancelledError
 
 FREE, CONSTRAINED, GRAMMAR = "free", "constrained", "grammar"
 
@@ -58,26 +59,13 @@ class ShapedPrompt:
 def load_shaped_prompts(path: Path) -> list[ShapedPrompt]:
     """JSON Lines of ``{"prompt", "suite", "schema"}``; a schema the grammar
     library refuses is named by its line."""
-    if not path.is_file():
-        raise GambitError(f"prompts file not found: {path}")
-    prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            schema = obj["schema"]
-            grammar = json_schema_grammar(schema)
-            prompts.append(
-                ShapedPrompt(str(obj["prompt"]), str(obj.get("suite", "default")), schema, grammar)
-            )
-        except (json.JSONDecodeError, KeyError, TypeError, GrammarError) as exc:
-            raise GambitError(
-                f'{path}:{n}: expected a JSON object with "prompt" and a usable "schema" ({exc})'
-            ) from exc
-    if not prompts:
-        raise GambitError(f"no prompts in {path}")
-    return prompts
+    return json_lines(path, _shaped, 'a JSON object with "prompt" and a usable "schema"')
+
+
+def _shaped(obj: dict[str, Any]) -> ShapedPrompt:
+    schema = obj["schema"]
+    suite = str(obj.get("suite", "default"))
+    return ShapedPrompt(str(obj["prompt"]), suite, schema, json_schema_grammar(schema))
 
 
 @dataclass
@@ -112,7 +100,7 @@ def run_structured_bench(
     cancel: threading.Event | None = None,
 ) -> dict[str, Row]:
     """Every prompt under every row (``engine`` has the drafter, or none;
-    ``grammar_engine`` has none)."""
+    ``grammar_engine`` has none: ``engine`` itself where it has none either)."""
     ways = {
         FREE: _Way(engine, None, constrained=False),
         CONSTRAINED: _Way(engine, None),
@@ -246,17 +234,16 @@ def run_structured_cli(
     if args.limit:
         prompts = prompts[: args.limit]
     gen = GenerationConfig(max_tokens=args.max_tokens, sampling=sampling)
-    engine = Engine(config)
-    try:
-        grammar_engine = Engine(dataclasses.replace(config, drafter="none", draft=None))
-        try:
-            rows = run_structured_bench(
-                engine, grammar_engine, prompts, gen, raw=args.raw, cancel=cancel
-            )
-        finally:
-            grammar_engine.close()
-    finally:
-        engine.close()
+    with contextlib.ExitStack() as stack:
+        engine = Engine(config)
+        stack.callback(engine.close)
+        grammar_engine = engine  # (without a drafter, the one engine serves every row)
+        if engine.drafter is not None:
+            grammar_engine = Engine(dataclasses.replace(config, drafter="none", draft=None))
+            stack.callback(grammar_engine.close)
+        rows = run_structured_bench(
+            engine, grammar_engine, prompts, gen, raw=args.raw, cancel=cancel
+        )
     summary = report(rows, prompts)
     print(json.dumps(summary, indent=1) if args.json else format_report(summary))
     return 0

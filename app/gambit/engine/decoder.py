@@ -107,9 +107,7 @@ def _as_batch(rnd: Round) -> Round:
     """A round that began with tokens its grammar forced, as the policy learns
     from it: those tokens verified in the batch as a catch-up is, and the
     drafter's tokens after them (if any) as its draft."""
-    n = rnd.n_forced
-    if rnd.drafted_by == GRAMMAR_SOURCE:
-        n = rnd.n_drafted  # (the grammar alone: nothing drafted)
+    n = rnd.n_forced  # (the grammar alone: all of the round's drafts)
     return replace(
         rnd, n_drafted=rnd.n_drafted - n, n_accepted=max(0, rnd.n_accepted - n),
         outcomes=rnd.outcomes[n:], gamma=max(0, rnd.gamma - n), main_outcomes=None,

@@ -115,11 +115,10 @@ class GenerationStats:
             self.thread_counts.append(rnd.threads)
         if rnd.drafted_by:
             by = self.accepted_by_drafter
-            forced = min(rnd.n_forced, rnd.n_accepted)  # (the grammar's, before the drafter's)
-            if forced and rnd.drafted_by != GRAMMAR_SOURCE:
+            # (a round's forced tokens come first: the grammar's, then the drafter's)
+            forced = 0 if rnd.drafted_by == GRAMMAR_SOURCE else min(rnd.n_forced, rnd.n_accepted)
+            if forced:
                 by[GRAMMAR_SOURCE] = by.get(GRAMMAR_SOURCE, 0) + forced
-            else:
-                forced = 0
             by[rnd.drafted_by] = by.get(rnd.drafted_by, 0) + rnd.n_accepted - forced
         for i, accepted in enumerate(rnd.outcomes):
             if i == len(self.tried_by_position):
