@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gambit.engine.decoder import SpeculativeDecoder
-from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Option
+from gambit.engine.drafters.base import EMPTY_DRAFT, ConfidenceCut, Draft, Option
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import FloatRows
@@ -113,7 +113,12 @@ class ScriptedDrafter:
         pass
 
     def draft(
-        self, context: list[int], n_max: int, sampling: SamplingParams, rng: np.random.Generator
+        self,
+        context: list[int],
+        n_max: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+        cut: ConfidenceCut | None = None,
     ) -> Draft:
         self.asked.append(n_max)
         out: list[int] = []

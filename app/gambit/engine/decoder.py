@@ -112,7 +112,7 @@ def _as_batch(rnd: Round) -> Round:
         rnd, n_drafted=rnd.n_drafted - n, n_accepted=max(0, rnd.n_accepted - n),
         outcomes=rnd.outcomes[n:], gamma=max(0, rnd.gamma - n), main_outcomes=None,
         drafted_by="" if rnd.n_drafted == n else rnd.drafted_by, n_forced=0,
-        n_catch_up=rnd.n_catch_up + n,
+        n_catch_up=rnd.n_catch_up + n, confidence=rnd.confidence[n:],
     )  # fmt: skip
 
 
@@ -332,6 +332,7 @@ class SpeculativeDecoder:
             drafted_by=reply.source if verdict.n_drafted else "",
             n_forced=len(reply.forced),
             threads=self.threads.current if self.threads is not None else 0,
+            confidence=draft.confidence if tree is None else (),
         )
 
     def _grammar_vocabulary(self) -> GrammarVocabulary:
@@ -450,13 +451,15 @@ class SpeculativeDecoder:
         (None for the tree when it came back without side nodes)."""
         drafter = self.drafter
         forced = reply.forced
+        cut = self.policy.decided_cut()
         if forced:  # the grammar's: point masses, verified in the batch
             if drafter is None or gamma <= len(forced):
                 return Draft(forced), None
             after = drafter.draft([*reply.context, *forced], gamma - len(forced),
-                                  reply.sampling, reply.rng_draft)  # fmt: skip
+                                  reply.sampling, reply.rng_draft, cut)  # fmt: skip
             q = [*map(Distribution.point, forced), *after.q] if after.q is not None else None
-            return Draft(forced + after.tokens, q, after.n_synced, after.t_synced_s), None
+            sure = (1.0,) * len(forced) + after.confidence if after.confidence else ()
+            return Draft(forced + after.tokens, q, after.n_synced, after.t_synced_s, sure), None
         if drafter is None or gamma <= 0:
             return EMPTY_DRAFT, None
         if n_side > 0:
@@ -466,7 +469,7 @@ class SpeculativeDecoder:
             draft = Draft(tree.tokens, q, tree.n_synced, tree.t_synced_s)
             # Nothing to branch on: verify it as the chain it is.
             return draft, (tree if tree.n_side else None)
-        return drafter.draft(reply.context, gamma, reply.sampling, reply.rng_draft), None
+        return drafter.draft(reply.context, gamma, reply.sampling, reply.rng_draft, cut), None
 
     def _verify_chain(
         self, reply: _Reply, pending: list[int], draft: Draft, gamma: int

@@ -40,6 +40,17 @@ RETIME_WEIGHT = 0.3
 # a rejection, two after a fully accepted round. Longer ones (after plain
 # rounds) are priced per token apart (CostModel.observe_drafting).
 SHORT_CATCH_UP = 2
+# How the draft's confidence in a token (its top probability) is read as the
+# chance it lands (ConfidenceCalibration): buckets by these upper edges, each a
+# running share of its tokens that landed, from a prior of LANDING_PRIOR as
+# LANDING_PRIOR_WEIGHT tokens, each token's weight fading by LANDING_MEMORY as
+# later ones come (~50 tokens of memory a bucket). A prior of 0.9 leaves a
+# draft of the target's own network uncut until its rounds show how its
+# unsure tokens land; at 0.6, replayed, its first reply lost a quarter.
+CONFIDENCE_EDGES = np.array([0.2, 0.4, 0.6, 0.8, 0.95])
+LANDING_PRIOR = 0.9
+LANDING_PRIOR_WEIGHT = 3.0
+LANDING_MEMORY = 0.98
 # CostModel's figures besides the t(k) curve that a stored calibration keeps.
 _STORED_RATIOS = ("draft_ratio", "draft_extra_ratio", "catch_up_ratio", "read_ratio")
 
@@ -495,3 +506,30 @@ class AcceptanceModel:
     def expected_tokens(self, gamma: int) -> float:
         """E[tokens | γ] = 1 + Σ_{i≤γ} Π_{j≤i} α_j (with the estimate)."""
         return 1.0 + float(np.cumprod(self.estimate()[:gamma]).sum())
+
+
+class ConfidenceCalibration:
+    """How often a draft's tokens land by how sure the draft was of them: the
+    share of the tokens tried in each bucket of confidence that the target
+    accepted (``CONFIDENCE_EDGES``), for ``ConfidenceCut`` to read the draft's
+    confidence as the chance a token lands. A pair's own: a draft of the
+    target's network lands most tokens it is unsure of, another network's
+    few."""
+
+    def __init__(self) -> None:
+        size = len(CONFIDENCE_EDGES) + 1
+        self.landed = np.full(size, LANDING_PRIOR * LANDING_PRIOR_WEIGHT)
+        self.tried = np.full(size, LANDING_PRIOR_WEIGHT)
+
+    def observe(self, confidence: tuple[float, ...], outcomes: tuple[bool, ...]) -> None:
+        """A round's chain: the draft's confidence in each token and, for each
+        one tried, whether it landed (positions after a rejection: no evidence)."""
+        for sure, landed in zip(confidence, outcomes, strict=False):
+            b = int(np.searchsorted(CONFIDENCE_EDGES, sure))
+            self.landed[b] = self.landed[b] * LANDING_MEMORY + float(landed)
+            self.tried[b] = self.tried[b] * LANDING_MEMORY + 1.0
+
+    def landing(self, confidence: float) -> float:
+        """The chance a token the draft is ``confidence`` sure of lands."""
+        b = int(np.searchsorted(CONFIDENCE_EDGES, confidence))
+        return float(self.landed[b] / self.tried[b])

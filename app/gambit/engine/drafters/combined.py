@@ -31,7 +31,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from gambit.engine.drafters.base import Draft, Option, SourceKind
+from gambit.engine.drafters.base import ConfidenceCut, Draft, Option, SourceKind
 from gambit.engine.drafters.draft_model import DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.lookup import PromptLookupDrafter
@@ -121,10 +121,11 @@ class CombinedDrafter:
         n_max: int,
         sampling: SamplingParams,
         rng: np.random.Generator,
+        cut: ConfidenceCut | None = None,
     ) -> Draft:
         chosen = self._chosen
         if chosen is None:
-            return self.model.draft(context, n_max, sampling, rng)
+            return self.model.draft(context, n_max, sampling, rng, cut)
         copy = self.lookup.draft(context, n_max, sampling, rng)
         if chosen.kind is not SourceKind.READ or not copy.tokens:
             return copy

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Option
+from gambit.engine.drafters.base import (
+    EMPTY_DRAFT,
+    ConfidenceCut,
+    Draft,
+    Option,
+    top_probability,
+)
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.vocabulary import Vocabulary, vocabulary_differences
 from gambit.engine.machine.runtime import ModelRuntime
@@ -49,6 +55,7 @@ class _Run:
     tokens: list[int] = field(default_factory=list)
     q: list[Distribution] = field(default_factory=list)
     conf: list[float] = field(default_factory=list)  # the draft's probability of each token
+    sure: list[float] = field(default_factory=list)  # its top probability at each (a chain's)
     alts: list[list[tuple[int, float, Distribution | None]]] = field(default_factory=list)
 
 
@@ -82,7 +89,6 @@ class DraftModelDrafter:
     def __init__(
         self,
         runtime: ModelRuntime,
-        p_min: float = 0.0,
         sampling: SamplingParams | None = None,
         max_catch_up: int = 256,
         window: int = 256,
@@ -95,9 +101,6 @@ class DraftModelDrafter:
         # maximises acceptance; any other choice stays lossless (verification
         # corrects for whatever q the draft proposes from).
         self.sampling = sampling
-        # Stop drafting early once the draft's own top probability falls
-        # below p_min (0: never); a cheap confidence signal.
-        self.p_min = p_min
 
     def draft(
         self,
@@ -105,25 +108,32 @@ class DraftModelDrafter:
         n_max: int,
         sampling: SamplingParams,
         rng: np.random.Generator,
+        cut: ConfidenceCut | None = None,
     ) -> Draft:
         sampling = self.sampling or sampling
-        run = self._run(context, n_max, sampling, rng, n_alt=0)
+        run = self._run(context, n_max, sampling, rng, n_alt=0, cut=cut)
         if run is None:
             return EMPTY_DRAFT
         q = None if sampling.greedy else run.q
-        return Draft(tuple(run.tokens), q, run.n_synced, run.t_synced_s)
+        return Draft(tuple(run.tokens), q, run.n_synced, run.t_synced_s, tuple(run.sure))
 
     def draft_picked(
-        self, context: list[int], n_max: int, pick: Callable[[np.ndarray], int]
+        self, context: list[int], n_max: int, pick: Callable[[np.ndarray], int | None]
     ) -> Draft:
         """Up to ``n_max`` tokens, each the one ``pick`` chooses from its logits
         row (a deterministic drafter: point masses; ``TextDraftDrafter``'s
-        greedy steps that first write a held-back token again)."""
+        greedy steps that first write a held-back token again), until it
+        chooses none."""
         started = self._start(context, n_max)
         if started is None:
             return EMPTY_DRAFT
         run, n_max = started
-        self._decode_chain(run, n_max, lambda row, _: Distribution.point(pick(row)), lambda: 0.0)
+
+        def step(row: np.ndarray, _: list[int]) -> Distribution | None:
+            token = pick(row)
+            return None if token is None else Distribution.point(token)
+
+        self._decode_chain(run, n_max, step, lambda: 0.0)
         return Draft(tuple(run.tokens), None, run.n_synced, run.t_synced_s)
 
     def draft_checked(
@@ -261,9 +271,11 @@ class DraftModelDrafter:
         sampling: SamplingParams,
         rng: np.random.Generator,
         n_alt: int,
+        cut: ConfidenceCut | None = None,
     ) -> _Run | None:
-        """Draft a chain of up to ``n_max`` tokens; with ``n_alt``, also note
-        up to that many runner-up candidates at each position."""
+        """Draft a chain of up to ``n_max`` tokens, stopping where ``cut``
+        says; with ``n_alt``, also note up to that many runner-up candidates
+        at each position."""
         started = self._start(context, n_max)
         if started is None:
             return None
@@ -272,8 +284,11 @@ class DraftModelDrafter:
 
         def step(row: np.ndarray, drafted: list[int]) -> Distribution | None:
             dist = distribution(row, drafted)
-            if self.p_min > 0.0 and drafted and self._top_prob(row, dist, sampling) < self.p_min:
-                return None  # (unsure from here: the draft stops)
+            if not n_alt:  # (a chain: the policy learns how its confidence lands)
+                sure = self._top_prob(row, dist, sampling)
+                if cut is not None and not cut.goes_on(sure):
+                    return None  # (unsure from here: the draft stops)
+                run.sure.append(sure)
             return dist
 
         def note(row: np.ndarray, dist: Distribution, tok: int) -> None:
@@ -431,12 +446,7 @@ class DraftModelDrafter:
 
     @staticmethod
     def _top_prob(row: np.ndarray, dist: Distribution, sampling: SamplingParams) -> float:
-        if not sampling.greedy:
-            return float(dist.probs[0])
-        z = row.astype(np.float64)
-        z -= z.max()
-        e = np.exp(z)
-        return float(e.max() / e.sum())
+        return top_probability(row) if sampling.greedy else float(dist.probs.max())
 
     def close(self) -> None:
         self.runtime.close()

@@ -21,7 +21,7 @@ from collections import deque
 
 import numpy as np
 
-from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Option
+from gambit.engine.drafters.base import EMPTY_DRAFT, ConfidenceCut, Draft, Option
 from gambit.engine.drafters.history import HistoryIndex, HistoryMatch
 from gambit.engine.verification.sampling import SamplingParams
 from gambit.engine.verification.tree import DraftTree, chain_tree
@@ -181,8 +181,9 @@ class PromptLookupDrafter:
         n_max: int,
         sampling: SamplingParams,
         rng: np.random.Generator,
+        cut: ConfidenceCut | None = None,
     ) -> Draft:
-        self._extend(context)
+        self._extend(context)  # (a copy has no confidence to cut it by)
         if n_max <= 0:
             return EMPTY_DRAFT
         return Draft(self._main_chain(self._matches(), n_max))

@@ -27,7 +27,7 @@ of a character.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -289,28 +289,22 @@ class PieceIndex:
             self._cache[text] = found
         return found
 
-    def heal(self, withheld: bytes) -> Callable[[npt.NDArray[np.float32]], int]:
-        """A greedy pick that writes ``withheld`` first: while some of it is
-        left, the likeliest token that writes its start; then the argmax."""
-        rest = [withheld]
-
-        def pick(row: npt.NDArray[np.float32]) -> int:
-            if not rest[0]:
-                return int(np.argmax(row))
-            ids = self.writing(rest[0])
-            if len(ids) == 0:  # nothing writes it (a vocabulary without those bytes)
-                rest[0] = b""
-                return int(np.argmax(row))
-            token = int(ids[int(np.argmax(row[ids]))])
-            piece = self._pieces[token]
-            rest[0] = rest[0][len(piece) :] if rest[0].startswith(piece) else b""
-            return token
-
-        return pick
+    def heal(self, withheld: bytes) -> HealingPick:
+        """A greedy pick that writes ``withheld`` first (``HealingPick``)."""
+        return HealingPick(self, withheld)
 
 
 def target_proposal(target: Vocabulary, context: Sequence[int], drafted: Drafted) -> list[int]:
-    """``drafted`` (text that follows ``context``'s) in the target's tokens.
+    """``drafted`` (text that follows ``context``'s) in the target's tokens
+    (``target_spans``)."""
+    return [tok for tok, _ in target_spans(target, context, drafted)]
+
+
+def target_spans(
+    target: Vocabulary, context: Sequence[int], drafted: Drafted
+) -> list[tuple[int, int]]:
+    """``drafted`` (text that follows ``context``'s) in the target's tokens,
+    each with where it ends in ``drafted.text``.
 
     Tokenized together with up to ``OVERLAP_TOKENS`` of the committed tokens'
     text (none from before a control token, whose text is not in the pieces),
@@ -334,7 +328,7 @@ def target_proposal(target: Vocabulary, context: Sequence[int], drafted: Drafted
         after = _tokens_after(target, b"", drafted.text)
     if not after:
         return []
-    return [tok for tok, end in after if end <= drafted.settled]
+    return [(tok, end) for tok, end in after if end <= drafted.settled]
 
 
 def _tokens_after(
@@ -381,3 +375,30 @@ def _count_ending_by(ends: Sequence[int], offset: int) -> int:
         else:
             hi = mid
     return lo
+
+
+class HealingPick:
+    """A greedy pick that writes some held-back text first: while some of it
+    is left (``healing``), the likeliest token that writes its start; then
+    the argmax."""
+
+    def __init__(self, index: PieceIndex, withheld: bytes) -> None:
+        self._index = index
+        self._rest = withheld
+
+    @property
+    def healing(self) -> bool:
+        """Whether the next pick still writes held-back text (not the draft's guess)."""
+        return bool(self._rest)
+
+    def __call__(self, row: npt.NDArray[np.float32]) -> int:
+        if not self._rest:
+            return int(np.argmax(row))
+        ids = self._index.writing(self._rest)
+        if len(ids) == 0:  # nothing writes it (a vocabulary without those bytes)
+            self._rest = b""
+            return int(np.argmax(row))
+        token = int(ids[int(np.argmax(row[ids]))])
+        piece = self._index.piece(token)
+        self._rest = self._rest[len(piece) :] if self._rest.startswith(piece) else b""
+        return token

@@ -26,17 +26,27 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from gambit.engine.drafters.base import EMPTY_DRAFT, Draft, Option
+from gambit.engine.drafters.base import (
+    EMPTY_DRAFT,
+    ConfidenceCut,
+    Draft,
+    Option,
+    top_probability,
+)
 from gambit.engine.drafters.draft_model import DRAFT_ROOM, DraftModelDrafter
 from gambit.engine.drafters.history import HistoryIndex
 from gambit.engine.drafters.text_align import (
     DraftContext,
+    Drafted,
     DraftView,
+    HealingPick,
     PieceIndex,
-    target_proposal,
+    Vocabulary,
+    target_spans,
 )
 from gambit.engine.estimates import SHORT_CATCH_UP
 from gambit.engine.machine.runtime import ModelRuntime
@@ -76,6 +86,7 @@ class TextDraftDrafter:
         n_max: int,
         sampling: SamplingParams,
         rng: np.random.Generator,
+        cut: ConfidenceCut | None = None,
     ) -> Draft:
         if n_max <= 0 or not context:
             return EMPTY_DRAFT
@@ -89,12 +100,15 @@ class TextDraftDrafter:
         steps_per_token = self.steps_per_token  # (this round's, before it learns)
         n_steps = math.ceil(n_max * steps_per_token) + 2
         t_picked = time.perf_counter()
-        drafted = self.model.draft_picked(tokens, n_steps, self.pieces.heal(view.withheld))
+        sure: list[float] = []  # the draft's confidence at each step
+        pick = _confident(self.pieces.heal(view.withheld), cut, sure)
+        drafted = self.model.draft_picked(tokens, n_steps, pick)
         t_steps = time.perf_counter() - t_picked - drafted.t_synced_s
         text = self.text.drafted_text(view, drafted.tokens)
-        proposal = target_proposal(self.target, context, text)
-        self._learn_ratio(len(drafted.tokens) - (1 if text.ended else 2), len(proposal))
-        proposal = proposal[:n_max]
+        spans = target_spans(self.target, context, text)
+        self._learn_ratio(len(drafted.tokens) - (1 if text.ended else 2), len(spans))
+        spans = spans[:n_max]
+        proposal = [tok for tok, _ in spans]
         if drafted.n_synced > SHORT_CATCH_UP:
             # A long catch-up: priced per token apart (CostModel.observe_drafting).
             t_fixed = drafted.t_synced_s + t_text
@@ -106,7 +120,8 @@ class TextDraftDrafter:
                 len(proposal),
                 steps_per_token,
             )
-        return Draft(tuple(proposal), None, drafted.n_synced, t_fixed)
+        confidence = _token_confidence(self.text.draft, drafted.tokens, sure, text, spans)
+        return Draft(tuple(proposal), None, drafted.n_synced, t_fixed, confidence)
 
     def _window(self, tokens: list[int]) -> list[int]:
         """The part of the draft's context its cache holds: all of it while it
@@ -192,3 +207,56 @@ def _token_ratio(target: ModelRuntime, draft: ModelRuntime) -> float:
     n_tgt = len(target.tokenize(SAMPLE_TEXT, add_special=False, parse_special=False))
     n_dft = len(draft.tokenize(SAMPLE_TEXT, add_special=False, parse_special=False))
     return min(RATIO_MAX, max(RATIO_MIN, n_dft / max(1, n_tgt)))
+
+
+def _confident(
+    pick: HealingPick, cut: ConfidenceCut | None, sure: list[float]
+) -> Callable[[np.ndarray], int | None]:
+    """``pick``, noting the draft's confidence at each step into ``sure`` and
+    stopping where ``cut`` says. The steps that write held-back text again
+    are not its guesses: they do not count (1.0)."""
+
+    def picked(row: np.ndarray) -> int | None:
+        if pick.healing:
+            sure.append(1.0)
+            return pick(row)
+        confidence = top_probability(row)
+        if cut is not None and not cut.goes_on(confidence):
+            return None
+        sure.append(confidence)
+        return pick(row)
+
+    return picked
+
+
+def _token_confidence(
+    draft: Vocabulary,
+    steps: Sequence[int],
+    sure: Sequence[float],
+    text: Drafted,
+    spans: Sequence[tuple[int, int]],
+) -> tuple[float, ...]:
+    """The draft's confidence in each proposed target token (``spans``: each
+    with where it ends in ``text``): the product of its confidence at the
+    draft steps that wrote the token's text, up to the one that completes it."""
+    ends: list[int] = []  # where each step's text ends, in text.text's offsets
+    total = 0
+    for tok in steps:
+        piece = draft.token_piece(tok)
+        if not piece:
+            break
+        total += len(piece)
+        ends.append(total)
+    skip = total - len(text.text)  # (what the steps wrote again of the committed text)
+    confidence: list[float] = []
+    j = 0
+    for _, end in spans:
+        product = 1.0
+        while j < len(ends) and ends[j] - skip < end:
+            product *= sure[j]
+            j += 1
+        if j < len(ends):
+            product *= sure[j]
+            j += 1
+        confidence.append(product)
+    return tuple(confidence)

@@ -11,7 +11,12 @@ that explain a decision are ``gambit.engine.gamma.controller_wording``'s.
 from __future__ import annotations
 
 from gambit.engine.drafters.base import Option, SourceKind
-from gambit.engine.estimates import ACCEPT_WEIGHT, AcceptanceModel, CostModel
+from gambit.engine.estimates import (
+    ACCEPT_WEIGHT,
+    AcceptanceModel,
+    ConfidenceCalibration,
+    CostModel,
+)
 from gambit.engine.text.reply import Round, StopReason
 
 
@@ -36,6 +41,7 @@ class RoundLearning:
         self.reply_length = 0.0  # running mean of replies' lengths (0: none ended yet)
         self.behind = 0  # committed tokens the draft model has not read yet
         self._acceptance: dict[Option, AcceptanceModel] = {}  # per drafter option
+        self._landing: dict[Option, ConfidenceCalibration] = {}  # per drafter option
         self._costs_at: dict[int, CostModel] = {}  # per thread count, but the current one
         self._reply_tokens = 0  # in the current reply
 
@@ -61,6 +67,13 @@ class RoundLearning:
         model = self._acceptance.get(option)
         if model is None:
             model = self._acceptance[option] = AcceptanceModel(self.gamma_max, self.prior_alpha)
+        return model
+
+    def landing(self, option: Option) -> ConfidenceCalibration:
+        """How ``option``'s draft tokens landed by the draft's confidence in them."""
+        model = self._landing.get(option)
+        if model is None:
+            model = self._landing[option] = ConfidenceCalibration()
         return model
 
     def expected_reply_length(self, horizon: int = 0) -> float:
@@ -101,6 +114,8 @@ class RoundLearning:
                     rnd.t_draft_synced_s,
                 )
             self.acceptance(option).observe(rnd.chain_outcomes)
+            if rnd.confidence:
+                self.landing(option).observe(rnd.confidence, rnd.chain_outcomes)
             if rnd.n_side:
                 gain = rnd.side_gain / rnd.n_side
                 self.side_gain += ACCEPT_WEIGHT * (gain - self.side_gain)

@@ -159,6 +159,19 @@ class RoundPricing:
         plain = self.expected_rate(acceptance, 0)
         return self.expected_rate(acceptance, gamma, side) / plain if plain > 0 else 0.0
 
+    def token_cost(self, gamma: int) -> float:
+        """What one draft token of a draft model's chain of ``gamma`` costs, in
+        plain steps (t1): its draft step and its share of the larger batch
+        (the batch's cost over one token, spread over the chain). A token is
+        worth drafting where the chance it lands is above this: it saves a
+        step where it does."""
+        costs = self.learned.costs
+        t1 = costs.verify_cost(1)
+        if gamma < 1 or t1 <= 0:
+            return 0.0
+        batch = (costs.verify_cost(gamma + 1) - t1) / gamma
+        return costs.draft_ratio + max(0.0, batch) / t1
+
     def reading_is_cheap(self) -> bool:
         """Whether the draft model reads a token for well under a draft step
         (``READ_CHEAP_BELOW``), as measured: then a copy it checks is an option."""

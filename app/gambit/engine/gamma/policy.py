@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gambit.engine.drafters.base import Option
+from gambit.engine.drafters.base import ConfidenceCut, Option
 from gambit.engine.text.reply import Round
 
 PolicyMode = Literal["adaptive", "fixed", "off"]
@@ -46,8 +46,8 @@ class GammaPolicy(Protocol):
     """Chooses the draft length of each round; 0 means plain decoding.
 
     Names say what a call does: ``decide_*`` and ``start_reply`` change what
-    the policy has decided, ``observe*`` what it has learned; ``choose`` and
-    ``decided_side_nodes`` only ask."""
+    the policy has decided, ``observe*`` what it has learned; ``choose``,
+    ``decided_side_nodes`` and ``decided_cut`` only ask."""
 
     def decide_gamma(self, option: Option | None = None) -> int:
         """Decide this round's draft length (and its side nodes). ``option``:
@@ -76,6 +76,11 @@ class GammaPolicy(Protocol):
 
     def decided_side_nodes(self) -> int:
         """Side nodes for this round's tree (0: a chain); read after ``decide_gamma``."""
+        ...
+
+    def decided_cut(self) -> ConfidenceCut | None:
+        """Where this round's draft stops early (``Drafter.draft``'s ``cut``;
+        None: it drafts all γ); read after ``decide_gamma``."""
         ...
 
     def observe(self, rnd: Round) -> None:
@@ -109,6 +114,9 @@ class FixedGamma:
 
     def decided_side_nodes(self) -> int:
         return self.side
+
+    def decided_cut(self) -> ConfidenceCut | None:
+        return None  # (a fixed γ drafts what it says)
 
     def observe(self, rnd: Round) -> None:
         pass

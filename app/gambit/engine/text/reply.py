@@ -65,6 +65,9 @@ class Round:
     # The CPU threads the round decoded on, which follow the load
     # (gambit.engine.machine.threads); 0: not known (a unit test's target).
     threads: int = 0
+    # The drafter's confidence in each token of its chain (Draft.confidence;
+    # () where it has none), for the policy to learn how such tokens land.
+    confidence: tuple[float, ...] = ()
 
     @property
     def chain_outcomes(self) -> tuple[bool, ...]:
