@@ -128,3 +128,22 @@ def test_the_policy_learns_how_its_draft_s_confidence_lands() -> None:
         cut = ctrl.decided_cut()
         assert cut is not None
         assert drafted(cut, [0.99] + [unsure] * (GAMMA_MAX - 1)) <= 3
+
+
+def test_the_reason_says_the_draft_stops_where_it_is_unsure() -> None:
+    ctrl = new_controller()
+    for _ in range(6):  # (past the first probe: on, drafting)
+        g = ctrl.decide_gamma(MODEL)
+        ctrl.observe(landed(g))
+    g = ctrl.decide_gamma(MODEL)
+    assert g >= 2 and not ctrl.decision.probing
+    assert ctrl.decision.reason.startswith(f"on: drafting up to γ={g}, less where the draft is")
+
+
+def landed(gamma: int) -> Round:
+    """A round whose ``gamma`` drafts all landed."""
+    return Round(
+        index=0, tokens=tuple(range(gamma + 1)), text="", gamma=gamma, n_drafted=gamma,
+        n_accepted=gamma, outcomes=(True,) * gamma, t_draft_s=(gamma * DRAFT + 0.1) * T1,
+        t_verify_s=T1 * (1 + SLOPE * gamma), elapsed_s=0.0,
+    )  # fmt: skip

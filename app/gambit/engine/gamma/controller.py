@@ -399,12 +399,16 @@ class GammaController:
         None outside the adaptive mode, for trees and for sources without a
         draft model's confidence (copies)."""
         d = self.decision
-        if self.mode != "adaptive" or d.gamma < 2 or d.side:
-            return None
-        if self._option.kind is not SourceKind.MODEL:
+        if not self._cuts(d.gamma, d.side):
             return None
         landing = self.learning.landing(self._option).landing
         return ConfidenceCut(self.pricing.token_cost(d.gamma), landing)
+
+    def _cuts(self, gamma: int, side: int) -> bool:
+        """Whether a round of ``gamma`` drafts and ``side`` side nodes of the
+        current option is cut where the draft is unsure (``decided_cut``)."""
+        model = self._option.kind is SourceKind.MODEL
+        return self.mode == "adaptive" and gamma >= 2 and not side and model
 
     def decide_gamma(self, option: Option | None = None) -> int:
         """Decide this round (``decision``) for a draft as ``option`` (None: the
@@ -558,6 +562,7 @@ class GammaController:
             gamma, side, expected = self.pricing.explore(
                 self.acceptance, self._option.kind, self.EXPLORE_Z
             )
-            reason = wording.on_reason(gamma, side, expected, self.OFF_BELOW)
+            cut = self._cuts(gamma, side)
+            reason = wording.on_reason(gamma, side, expected, self.OFF_BELOW, cut)
             return Decision(gamma, expected, best, reason, side=side)
         return Decision(0, 1.0, best, wording.off_reason(best, self.ON_ABOVE, self.OFF_BELOW))

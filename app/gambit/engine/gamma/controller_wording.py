@@ -23,8 +23,11 @@ def fixed_reason(gamma: int, side: int, speedup: float, off_below: float) -> str
     return f"fixed {shape}: expected {speedup:.2f}x{slower}"
 
 
-def on_reason(gamma: int, side: int, best: float, off_below: float) -> str:
+def on_reason(gamma: int, side: int, best: float, off_below: float, cut: bool = False) -> str:
+    """``cut``: the draft stops early where it is unsure (``ConfidenceCut``)."""
     shape = f"γ={gamma}" + (f" with {side} side nodes" if side else "")
+    if cut:
+        shape = f"up to {shape}, less where the draft is unsure"
     return f"on: drafting {shape}, expected {best:.2f}x; off if that falls below {off_below:.2f}x"
 
 
