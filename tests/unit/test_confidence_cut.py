@@ -40,6 +40,9 @@ def test_the_cut_drafts_the_first_token_and_the_one_that_crosses_the_floor() -> 
     # A floor of 0 never cuts; nor does a floor above what the tokens say they
     # land, once the landing says they all land.
     assert drafted(ConfidenceCut(0.0, as_is), [0.1] * 16) == 16
+    # Where a token costs more than a plain step (a toy pair's draft), the
+    # first is still drafted: the round the policy asked for is not empty.
+    assert drafted(ConfidenceCut(1.3, as_is), [0.99] * 16) == 1
     assert drafted(ConfidenceCut(0.5, lambda sure: 1.0), [0.1] * 16) == 16
 
 

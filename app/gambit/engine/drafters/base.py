@@ -109,12 +109,12 @@ class ConfidenceCut:
 
     def goes_on(self, confidence: float) -> bool:
         """Whether the draft drafts the token it is ``confidence`` sure of."""
+        if self._first:  # (whatever the floor: above 1 where no token could pay)
+            self._first = False
+            return True
         if self.sure < self.floor:
             return False
-        if self._first:
-            self._first = False
-        else:
-            self.sure *= self.landing(confidence)
+        self.sure *= self.landing(confidence)
         return True
 
 
