@@ -17,7 +17,7 @@ import random
 import numpy as np
 
 from gambit.engine.decoder import SpeculativeDecoder
-from gambit.engine.drafters.text_align import DraftContext, Drafted, target_proposal
+from gambit.engine.drafters.text_align import DraftContext, Drafted, Vocabulary, target_spans
 from gambit.engine.drafters.text_draft import GREEDY, TextDraftDrafter
 from gambit.engine.gamma.policy import FixedGamma
 from gambit.engine.machine.runtime import ModelRuntime
@@ -34,6 +34,11 @@ def _spelled(rt: ModelRuntime, tokens: list[int]) -> bytes:
 
 def _tokens(rt: ModelRuntime, text: str) -> list[int]:
     return rt.tokenize(text, add_special=False, parse_special=False)
+
+
+def target_proposal(target: Vocabulary, context: list[int], drafted: Drafted) -> list[int]:
+    """The proposal's tokens (``target_spans`` without where each ends)."""
+    return [tok for tok, _ in target_spans(target, context, drafted)]
 
 
 def _ended(text: bytes) -> Drafted:

@@ -332,7 +332,7 @@ class SpeculativeDecoder:
             drafted_by=reply.source if verdict.n_drafted else "",
             n_forced=len(reply.forced),
             threads=self.threads.current if self.threads is not None else 0,
-            confidence=draft.confidence if tree is None else (),
+            confidence=draft.confidence,  # (a tree's: none)
         )
 
     def _grammar_vocabulary(self) -> GrammarVocabulary:

@@ -12,7 +12,7 @@ may stop in the middle of a UTF-8 character.
 - The committed text in the draft's tokens (``DraftContext``) is kept in step
   by re-tokenizing only its changed tail: from a few tokens before the change,
   spliced where the old and new tokenizations share a token boundary.
-- Drafted text in the target's tokens (``target_proposal``): tokenized
+- Drafted text in the target's tokens (``target_spans``): tokenized
   together with an overlap of committed text, and only the tokens after the
   committed text's end are proposed, where the two tokenizations agree that a
   token starts there. The committed tokens themselves are never re-tokenized,
@@ -292,12 +292,6 @@ class PieceIndex:
     def heal(self, withheld: bytes) -> HealingPick:
         """A greedy pick that writes ``withheld`` first (``HealingPick``)."""
         return HealingPick(self, withheld)
-
-
-def target_proposal(target: Vocabulary, context: Sequence[int], drafted: Drafted) -> list[int]:
-    """``drafted`` (text that follows ``context``'s) in the target's tokens
-    (``target_spans``)."""
-    return [tok for tok, _ in target_spans(target, context, drafted)]
 
 
 def target_spans(

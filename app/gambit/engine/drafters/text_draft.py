@@ -4,7 +4,7 @@ Any much smaller model can draft for any target: the committed tokens are
 turned into text and into the draft's tokens (``DraftContext``, re-tokenizing
 only the tail that changed, so the draft's cache keeps its prefix), the draft
 continues the text greedily in its own tokens, and the text it wrote is
-tokenized with the target's vocabulary (``target_proposal``) and proposed as
+tokenized with the target's vocabulary (``target_spans``) and proposed as
 point masses, as prompt lookup's copies are.
 
 Lossless at every temperature: the proposal depends on the committed context
