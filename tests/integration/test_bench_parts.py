@@ -22,7 +22,10 @@ def test_parts_are_timed_on_top_of_the_context(
     costs = parts.cost_model(9)
     assert costs is not None
     assert costs.verify_cost(1) == pytest.approx(parts.target[1][0])
-    assert costs.verify_cost(5) == pytest.approx(parts.target[5][0])
+    # (the curve is made non-decreasing: a batch of 5 timed below one token,
+    # as it can be on a fast CPU, reads t(1))
+    t1, t5 = parts.target[1][0], parts.target[5][0]
+    assert costs.verify_cost(5) == pytest.approx(max(t1, t5))
     assert costs.t_draft == pytest.approx(parts.draft[0])  # (kept as a ratio to t1)
 
 
