@@ -84,3 +84,30 @@ def test_a_full_disk_costs_the_next_load_a_calibration(tmp_path: Path) -> None:
     store = CostStore(blocked)  # its folder cannot be created
     store.save("pair", measured())  # logs, does not raise
     assert store.load("pair", 9) is None
+
+
+def test_what_was_learned_is_kept_beside_the_costs(tmp_path: Path) -> None:
+    store = CostStore(tmp_path)
+    learned = {"options": {"model/0/draft model": {"acceptance": {"alpha": [0.7], "seen": [3]}}}}
+    store.save("pair", measured())
+    store.save_learned("learned pair", learned)
+    back = CostStore(tmp_path)
+    assert back.load_learned("learned pair") == learned
+    assert back.load("pair", 9) is not None
+    assert back.load_learned("pair") is None  # (a costs entry holds no learning)
+    assert back.load("learned pair", 9) is None
+
+
+def test_a_damaged_memory_costs_the_memory_not_a_start(tmp_path: Path) -> None:
+    (tmp_path / CostStore.FILE).write_text('{"learned pair": {"learned": [1, 2]}}', "utf-8")
+    assert CostStore(tmp_path).load_learned("learned pair") is None
+    (tmp_path / CostStore.FILE).write_bytes(b"\xff\xfe{")
+    assert CostStore(tmp_path).load_learned("learned pair") is None
+
+
+def test_a_full_disk_costs_the_memory_not_the_session(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("", encoding="utf-8")
+    store = CostStore(blocked)  # (its folder is a file: every write fails)
+    store.save_learned("learned pair", {"options": {}})
+    assert store.load_learned("learned pair") is None

@@ -51,6 +51,13 @@ CONFIDENCE_EDGES = np.array([0.2, 0.4, 0.6, 0.8, 0.95])
 LANDING_PRIOR = 0.9
 LANDING_PRIOR_WEIGHT = 3.0
 LANDING_MEMORY = 0.98
+# What the next session of a pair starts from (AcceptanceModel.kept,
+# ConfidenceCalibration.kept): each position's acceptance weighs at most
+# KEPT_OUTCOMES outcomes, each confidence bucket at most KEPT_TOKENS tokens, so
+# that the pair's own figure replaces the generic prior while a few rounds of
+# the new session's text still move it (the running mean's memory is ~12).
+KEPT_OUTCOMES = 4
+KEPT_TOKENS = 12.0
 # CostModel's figures besides the t(k) curve that a stored calibration keeps.
 _STORED_RATIOS = ("draft_ratio", "draft_extra_ratio", "catch_up_ratio", "read_ratio")
 
@@ -483,6 +490,31 @@ class AcceptanceModel:
         outcomes = float((n * self.alpha).sum()) + PRIOR_WEIGHT * self.prior
         return outcomes / (float(n.sum()) + PRIOR_WEIGHT)
 
+    def kept(self) -> dict[str, list[float]]:
+        """What the next session of this pair starts from (``resume``)."""
+        return {"alpha": [round(float(a), 4) for a in self.alpha], "seen": self.seen.tolist()}
+
+    def resume(self, kept: Any) -> bool:
+        """Start from what an earlier session ``kept`` of this pair, each
+        position as at most KEPT_OUTCOMES outcomes; False (and nothing changed)
+        where it is not such a record. A record of another γ_max covers the
+        positions both have."""
+        try:
+            alpha = np.asarray(kept["alpha"], dtype=float)[: self.gamma_max]
+            seen = np.asarray(kept["seen"], dtype=float)[: self.gamma_max]
+        except (KeyError, TypeError, ValueError, IndexError):
+            return False
+        if alpha.ndim != 1 or alpha.shape != seen.shape or not alpha.size:
+            return False
+        if not (np.isfinite(alpha).all() and np.isfinite(seen).all()):
+            return False
+        if alpha.min() < 0 or alpha.max() > 1 or seen.min() < 0:
+            return False
+        n = alpha.size
+        self.alpha[:n] = alpha
+        self.seen[:n] = np.minimum(seen, KEPT_OUTCOMES).astype(np.int64)
+        return True
+
     def outcomes(self) -> int:
         """Outcomes seen so far, every position's (each round adds those it tried)."""
         return int(self.seen.sum())
@@ -528,6 +560,32 @@ class ConfidenceCalibration:
             b = int(np.searchsorted(CONFIDENCE_EDGES, sure))
             self.landed[b] = self.landed[b] * LANDING_MEMORY + float(landed)
             self.tried[b] = self.tried[b] * LANDING_MEMORY + 1.0
+
+    def kept(self) -> dict[str, list[float]]:
+        """What the next session of this pair starts from (``resume``)."""
+        return {
+            "landed": [round(float(x), 4) for x in self.landed],
+            "tried": [round(float(x), 4) for x in self.tried],
+        }
+
+    def resume(self, kept: Any) -> bool:
+        """Start from what an earlier session ``kept``, each bucket as at most
+        KEPT_TOKENS tokens; False (and nothing changed) where it is not such
+        a record."""
+        try:
+            landed = np.asarray(kept["landed"], dtype=float)
+            tried = np.asarray(kept["tried"], dtype=float)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return False
+        if landed.shape != self.landed.shape or tried.shape != self.tried.shape:
+            return False
+        if not (np.isfinite(landed).all() and np.isfinite(tried).all()):
+            return False
+        if tried.min() <= 0 or landed.min() < 0 or (landed > tried + 1e-3).any():
+            return False
+        scale = np.minimum(1.0, KEPT_TOKENS / tried)
+        self.landed, self.tried = landed * scale, tried * scale
+        return True
 
     def landing(self, confidence: float) -> float:
         """The chance a token the draft is ``confidence`` sure of lands."""

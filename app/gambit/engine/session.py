@@ -163,6 +163,9 @@ class Engine:
             # A target on workers is left out: its costs are the network's of the day.
             self._cost_store = CostStore(config.kernel_cache if self.placement is None else None)
             self.costs = self.measure_costs(progress)
+            # What sessions before learned of this pair: each controller starts from it.
+            self._learned_key = CostStore.learned_key(self.target, self.draft_runtime, kind.kind)
+            self.kept_learning = self._cost_store.load_learned(self._learned_key)
         except BaseException:  # (a Cancel raised by ``progress`` too): no model left open
             self.close()
             raise
@@ -290,10 +293,11 @@ class Engine:
 
     def keep_costs(self) -> None:
         """Keep what the controller has measured for the next load of this pair,
-        at each thread count it ran on."""
+        at each thread count it ran on, and what it learned of its acceptance."""
         if self.drafter is not None:
             for threads, costs in self.controller.costs_by_threads().items():
                 self._cost_store.save(self._costs_key(threads), costs)
+            self._cost_store.save_learned(self._learned_key, self.controller.learning.kept())
 
     def _costs_key(self, threads: int | None = None) -> str:
         """Where the pair's costs at ``threads`` (default: the count now) are kept."""
@@ -311,8 +315,9 @@ class Engine:
         *,
         chain: bool = False,
     ) -> GammaController:
-        """A controller starting from this engine's calibration (and nothing
-        learned); ``chain``: drafting chains only, even where trees could be."""
+        """A controller starting from this engine's calibration and what
+        sessions before learned of the pair (``kept_learning``); ``chain``:
+        drafting chains only, even where trees could be."""
         tree = self.tree and not chain
         side = self.config.fixed_side if fixed_side is None else fixed_side
         return self._controller(
@@ -353,6 +358,7 @@ class Engine:
             option=Option((drafter.draft_model or drafter).name) if drafter else UNNAMED,
             threads=self.target.n_threads,
             stored_costs=self._stored_costs,
+            kept=self.kept_learning,
         )
 
     @property

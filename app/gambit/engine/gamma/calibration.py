@@ -6,7 +6,11 @@ of the embedded pair on 2 cores, 4.7 s with the other core busy), and the
 controller refines every figure from the rounds it runs anyway. So the costs
 a session ends with are kept (``CostStore``: per target and draft file,
 llama.cpp build, CPU, threads, kernels and GPU layers) and the next load of
-the same pair starts from them instead of calibrating again.
+the same pair starts from them instead of calibrating again. What the policy
+learned of the pair's acceptance is kept beside them (``CostStore.
+save_learned``: per target and draft file and drafter, on any machine), so
+that a session's first reply starts from the pair's own figures, not a
+generic prior.
 """
 
 from __future__ import annotations
@@ -132,23 +136,52 @@ class CostStore:
             ]  # fmt: skip
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
+    @staticmethod
+    def learned_key(target: ModelRuntime, draft: ModelRuntime | None, drafter: str) -> str:
+        """Where what the policy learned of a pair is kept: per target and
+        draft file and ``drafter`` kind, not per machine or thread count (how
+        often drafts land is the models' and the text's)."""
+        parts = ["learned", drafter]
+        for rt in (target, draft):
+            if rt is None:
+                parts.append("-")
+                continue
+            st = rt.path.stat()
+            parts += [str(rt.path.resolve()), str(st.st_size), str(st.st_mtime_ns)]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
     def load(self, key: str, k_max: int) -> CostModel | None:
-        entry = self._read().get(key)
-        costs = entry.get("costs") if isinstance(entry, dict) else None
+        costs = self._field(key, "costs")
         return CostModel.from_json(costs, k_max) if isinstance(costs, dict) else None
 
     def save(self, key: str, costs: CostModel) -> None:
-        if self.path is None or costs.t1 <= 0:
+        if costs.t1 > 0:
+            self._put(key, "costs", costs.to_json(), "the measured costs")
+
+    def load_learned(self, key: str) -> dict[str, Any] | None:
+        """What ``save_learned`` kept (unchecked: ``RoundLearning.resume`` checks it)."""
+        learned = self._field(key, "learned")
+        return learned if isinstance(learned, dict) else None
+
+    def save_learned(self, key: str, learned: dict[str, Any]) -> None:
+        self._put(key, "learned", learned, "what was learned of the pair")
+
+    def _field(self, key: str, name: str) -> Any:
+        entry = self._read().get(key)
+        return entry.get(name) if isinstance(entry, dict) else None
+
+    def _put(self, key: str, name: str, value: Any, what: str) -> None:
+        if self.path is None:
             return
         data = self._read()
         data.pop(key, None)
-        data[key] = {"saved_at": time.time(), "costs": costs.to_json()}
+        data[key] = {"saved_at": time.time(), name: value}
         while len(data) > self.KEPT:
             data.pop(next(iter(data)))
         try:
             write_atomic(self.path, json.dumps(data))
-        except OSError as exc:
-            log.warning("could not keep the measured costs in %s: %s", self.path, exc)
+        except (OSError, ValueError) as exc:  # (ValueError: a value JSON cannot hold)
+            log.warning("could not keep %s in %s: %s", what, self.path, exc)
 
     def _read(self) -> dict[str, Any]:
         if self.path is None or not self.path.is_file():

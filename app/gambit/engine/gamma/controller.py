@@ -14,7 +14,10 @@ the γ in 0..γ_max with the best expected rate; γ = 0 means speculation off.
 Acceptance is learned in proportion to the evidence (``AcceptanceModel``):
 one outcome is one outcome, the prior weighs as a few, and recent rounds
 weigh more than old ones, so the estimate follows a reply from prose into a
-copied passage without flapping on one round's noise.
+copied passage without flapping on one round's noise. A session starts from
+what sessions before learned of its pair (``RoundLearning.resume``, each
+position as a few outcomes), not from the generic prior: a pair's first
+reply then drafts as its last session found it pays.
 
 While off, nothing is learned about acceptance, so the policy probes: a
 draft of the length that would pay best with acceptance as optimistic as the
@@ -95,6 +98,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -196,6 +200,7 @@ class GammaController:
         option: Option = UNNAMED,
         threads: int = 1,
         stored_costs: Callable[[int], CostModel | None] | None = None,
+        kept: Any = None,
     ) -> None:
         """``side_max``: most tree side nodes per round (0: chains only);
         ``node_max``: most draft tokens per round, chain and side nodes
@@ -203,7 +208,9 @@ class GammaController:
         decision is for, before the drafter offers any (its draft model's
         option); ``threads``: the
         CPU threads ``costs`` were measured at; ``stored_costs``: the costs a
-        session before kept for another count, if any (``at_threads``)."""
+        session before kept for another count, if any (``at_threads``);
+        ``kept``: what a session before learned of this pair's acceptance
+        (``RoundLearning.kept``), to start from instead of the prior."""
         if gamma_max < 1:
             raise ValueError("gamma_max must be 1 or more")
         side_max = max(0, side_max)
@@ -214,7 +221,7 @@ class GammaController:
         self.gamma_max = gamma_max
         self.fixed_gamma = max(0, min(fixed_gamma, gamma_max))
         self.fixed_side = max(0, min(fixed_side, side_max))
-        self.learning = RoundLearning(costs, gamma_max, prior_alpha)
+        self.learning = RoundLearning(costs, gamma_max, prior_alpha, kept)
         self.pricing = RoundPricing(self.learning, gamma_max, side_max, node_max)
         self.threads = threads
         self._stored_costs = stored_costs

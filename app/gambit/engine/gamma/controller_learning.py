@@ -10,6 +10,8 @@ that explain a decision are ``gambit.engine.gamma.controller_wording``'s.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gambit.engine.drafters.base import Option, SourceKind
 from gambit.engine.estimates import (
     ACCEPT_WEIGHT,
@@ -33,7 +35,10 @@ class RoundLearning:
     REPLY_PRIOR = 256
     REPLY_WEIGHT = 0.3
 
-    def __init__(self, costs: CostModel, gamma_max: int, prior_alpha: float = 0.6) -> None:
+    def __init__(
+        self, costs: CostModel, gamma_max: int, prior_alpha: float = 0.6, kept: Any = None
+    ) -> None:
+        """``kept``: what a session before kept of this pair (``resume``)."""
         self.costs = costs
         self.gamma_max = gamma_max
         self.prior_alpha = prior_alpha
@@ -43,6 +48,10 @@ class RoundLearning:
         self._acceptance: dict[Option, AcceptanceModel] = {}  # per drafter option
         self._landing: dict[Option, ConfidenceCalibration] = {}  # per drafter option
         self._costs_at: dict[int, CostModel] = {}  # per thread count, but the current one
+        # What a session before kept of this pair (``resume``), per option's
+        # ``option_key``, for options this session has not drafted for yet.
+        self._kept: dict[str, Any] = {}
+        self.resume(kept)
         self._reply_tokens = 0  # in the current reply
 
     def at_threads(self, n: int, was: int, stored: CostModel | None = None) -> None:
@@ -67,6 +76,8 @@ class RoundLearning:
         model = self._acceptance.get(option)
         if model is None:
             model = self._acceptance[option] = AcceptanceModel(self.gamma_max, self.prior_alpha)
+            if kept := self._kept_for(option):
+                model.resume(kept.get("acceptance"))
         return model
 
     def landing(self, option: Option) -> ConfidenceCalibration:
@@ -74,7 +85,41 @@ class RoundLearning:
         model = self._landing.get(option)
         if model is None:
             model = self._landing[option] = ConfidenceCalibration()
+            if kept := self._kept_for(option):
+                model.resume(kept.get("landing"))
         return model
+
+    def _kept_for(self, option: Option) -> dict[str, Any] | None:
+        """What a session before kept of ``option`` (``resume``), if anything."""
+        return self._kept.get(option_key(option)) if self._kept else None
+
+    def kept(self) -> dict[str, Any]:
+        """What the next session of this pair starts from (``resume``): each
+        option's acceptance and how its tokens landed, as far as rounds were
+        drafted for it (this session's, else what it resumed from), and how
+        long replies run."""
+        options = dict(self._kept)
+        for option, model in self._acceptance.items():
+            if model.seen.any():
+                options[option_key(option)] = {
+                    "acceptance": model.kept(),
+                    "landing": self.landing(option).kept(),
+                }
+        return {"options": options, "reply_length": self.reply_length}
+
+    def resume(self, kept: Any) -> None:
+        """Start from what a session before ``kept`` of this pair: an option's
+        record becomes its prior when it is first drafted for (before that,
+        none of it is read). Anything that is not such a record is ignored:
+        a damaged file costs the memory, never a start."""
+        if not isinstance(kept, dict):
+            return
+        options = kept.get("options")
+        if isinstance(options, dict):
+            self._kept = {str(k): v for k, v in options.items() if isinstance(v, dict)}
+        length = kept.get("reply_length")
+        if isinstance(length, (int, float)) and 0 < length < 1e6:
+            self.reply_length = float(length)
 
     def expected_reply_length(self, horizon: int = 0) -> float:
         """Tokens the coming reply is expected to have: the running mean of
@@ -123,3 +168,8 @@ class RoundLearning:
         if rnd.stop is not None and rnd.stop is not StopReason.CANCELLED:
             n, mean = self._reply_tokens, self.reply_length
             self.reply_length = mean + self.REPLY_WEIGHT * (n - mean) if mean else float(n)
+
+
+def option_key(option: Option) -> str:
+    """How ``option`` is named in what a session keeps (``RoundLearning.kept``)."""
+    return f"{option.kind.value}/{option.bucket}/{option.source}"
