@@ -304,10 +304,8 @@ class RegimeArgs:
     draft_without: tuple[int, ...] = ()
     raw: bool = False  # plain completion (base models), not chat
     fixed: tuple[int, ...] | None = None  # fixed γs to compare (None: by the target's kind)
-    # Each prompt's adaptive run starts from the calibration with nothing
-    # learned, as a reply in a new process does (the first reply of a session:
-    # where one early miss used to switch a pair off for the whole reply).
-    fresh: bool = False
+    fresh: bool = False  # each prompt's adaptive run anew, as a new process's first reply
+    cold: bool = False  # adaptive from nothing learned of the pair (Engine.kept_learning)
 
 
 def draft_model_file(args: RegimeArgs, log: Log) -> Path:
@@ -364,10 +362,13 @@ class PairFacts:
     kernels: str
     draft: str | None = None
     through_text: bool = False
+    # Whether adaptive runs started from what earlier sessions learned of the pair.
+    remembered: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         how = None if self.draft is None else "through text" if self.through_text else "tokens"
-        return {"kernels": self.kernels, "draft": self.draft, "draft_how": how}
+        facts = {"kernels": self.kernels, "draft": self.draft, "draft_how": how}
+        return {**facts, "remembered": self.remembered}
 
 
 def run_pair(
@@ -395,6 +396,9 @@ def run_pair(
         costs = engine.calibrate(engine.node_max + 1, context=CALIBRATION_CONTEXT)
         if spec(drafter).free:
             costs.t_draft = 0.0
+        if args.cold:
+            engine.kept_learning = None
+        remembered = engine.kept_learning is not None
         controllers = _controllers(engine, modes)
         config = GenerationConfig(max_tokens=args.max_tokens, sampling=args.sampling)
         warm = GenerationConfig(max_tokens=8, sampling=args.sampling)
@@ -422,7 +426,10 @@ def run_pair(
             engine.target_kernels.describe(),
             draft.name if draft is not None else None,
             engine.drafts_through_text,
+            remembered,
         )
+        if adaptive := controllers.get("adaptive"):  # (kept at close, as the app's policy is)
+            engine.use_controller(adaptive)
     finally:
         engine.close()
     return cells, costs, facts
@@ -501,6 +508,7 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
         "source": args.source.name,
         "raw": args.raw,
         "fresh": args.fresh,
+        "cold": args.cold,
         "max_tokens": args.max_tokens,
         "temperature": args.sampling.temperature,
         "prompts": len(args.prompts),
@@ -576,6 +584,7 @@ def run_regimes_cli(
         raw=args.raw,
         fixed=args.fixed,
         fresh=args.fresh,
+        cold=args.cold,
     )
     report = run_regimes(regime_args, log)
     if args.out:

@@ -47,8 +47,15 @@ def add_regimes_args(bench: argparse.ArgumentParser) -> None:
     regimes.add_argument(
         "--fresh",
         action="store_true",
-        help="start each prompt's adaptive run from the calibration with nothing learned, "
-        "as a new process's first reply does (default: it learns across the prompts)",
+        help="start each prompt's adaptive run anew, as a new process's first reply does: "
+        "from the calibration and what earlier sessions kept of the pair (default: it "
+        "learns across the prompts)",
+    )
+    regimes.add_argument(
+        "--cold",
+        action="store_true",
+        help="start adaptive runs from nothing learned of the pair, as its first session "
+        "ever does (default: from what earlier sessions kept, as the app does)",
     )
     regimes.add_argument(
         "--draft-without",
