@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.draft_candidates import DraftCandidates
@@ -164,8 +164,10 @@ class Engine:
             self._cost_store = CostStore(config.kernel_cache if self.placement is None else None)
             self.costs = self.measure_costs(progress)
             # What sessions before learned of this pair: each controller starts from it.
-            self._learned_key = CostStore.learned_key(self.target, self.draft_runtime, kind.kind)
-            self.kept_learning = self._cost_store.load_learned(self._learned_key)
+            self.kept_learning: dict[str, Any] | None = None
+            if drafter is not None:
+                self._learned_at = CostStore.learned_key(self.target, self.draft_runtime, kind.kind)
+                self.kept_learning = self._cost_store.load_learned(self._learned_at)
         except BaseException:  # (a Cancel raised by ``progress`` too): no model left open
             self.close()
             raise
@@ -297,7 +299,7 @@ class Engine:
         if self.drafter is not None:
             for threads, costs in self.controller.costs_by_threads().items():
                 self._cost_store.save(self._costs_key(threads), costs)
-            self._cost_store.save_learned(self._learned_key, self.controller.learning.kept())
+            self._cost_store.save_learned(self._learned_at, self.controller.learning.kept())
 
     def _costs_key(self, threads: int | None = None) -> str:
         """Where the pair's costs at ``threads`` (default: the count now) are kept."""
