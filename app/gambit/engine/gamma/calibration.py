@@ -122,33 +122,19 @@ class CostStore:
         target: ModelRuntime, draft: ModelRuntime | None, k_max: int, threads: int | None = None
     ) -> str:
         """The pair's entry, at ``threads`` CPU threads (default: the runtimes' now)."""
-        parts = [build_id(), cpu_id(), str(k_max)]
-        for rt in (target, draft):
-            if rt is None:
-                parts.append("-")
-                continue
-            st = rt.path.stat()
-            o = rt.options
-            parts += [
-                str(rt.path.resolve()), str(st.st_size), str(st.st_mtime_ns),
-                str(threads or rt.n_threads),
-                str(o.n_gpu_layers), rt.kernels.key,
-            ]  # fmt: skip
-        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+        def how_run(rt: ModelRuntime) -> list[str]:
+            n = threads or rt.n_threads
+            return [str(n), str(rt.options.n_gpu_layers), rt.kernels.key]
+
+        return _pair_key([build_id(), cpu_id(), str(k_max)], target, draft, how_run)
 
     @staticmethod
     def learned_key(target: ModelRuntime, draft: ModelRuntime | None, drafter: str) -> str:
         """Where what the policy learned of a pair is kept: per target and
         draft file and ``drafter`` kind, not per machine or thread count (how
         often drafts land is the models' and the text's)."""
-        parts = ["learned", drafter]
-        for rt in (target, draft):
-            if rt is None:
-                parts.append("-")
-                continue
-            st = rt.path.stat()
-            parts += [str(rt.path.resolve()), str(st.st_size), str(st.st_mtime_ns)]
-        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+        return _pair_key(["learned", drafter], target, draft, lambda _rt: [])
 
     def load(self, key: str, k_max: int) -> CostModel | None:
         costs = self._field(key, "costs")
@@ -192,3 +178,20 @@ class CostStore:
             log.warning("ignoring unreadable measured costs in %s: %s", self.path, exc)
             return {}
         return data if isinstance(data, dict) else {}
+
+
+def _pair_key(
+    parts: list[str],
+    target: ModelRuntime,
+    draft: ModelRuntime | None,
+    how_run: Callable[[ModelRuntime], list[str]],
+) -> str:
+    """An entry's key: ``parts``, then each model's file (path, size, time
+    written) and ``how_run`` it; "-" for no draft model."""
+    for rt in (target, draft):
+        if rt is None:
+            parts.append("-")
+            continue
+        st = rt.path.stat()
+        parts += [str(rt.path.resolve()), str(st.st_size), str(st.st_mtime_ns), *how_run(rt)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
