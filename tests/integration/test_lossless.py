@@ -310,7 +310,10 @@ def test_greedy_identical_past_256_tokens_of_context(
     assert 150 < len(prompt) < 256
     config = GenerationConfig(max_tokens=200, sampling=SamplingParams(temperature=0.0))
     plain = _reply(SpeculativeDecoder(rt_q8_0), prompt, config)
-    assert len(prompt) + len(plain) > 300  # the reply crosses the 256-cell boundary
+    # The reply runs well past the 256-cell boundary: a few rounds of γ = 4
+    # there. (How far depends on the CPU's kernels: on an AVX2 EPYC the greedy
+    # reply ends with the list, 131 tokens, 41 past the boundary.)
+    assert len(prompt) + len(plain) > 256 + 32
     for drafter in (PromptLookupDrafter(), DraftModelDrafter(rt_q4_1)):
         spec = SpeculativeDecoder(rt_q8_0, drafter, FixedGamma(4))
         assert _reply(spec, prompt, config) == plain, drafter.name
