@@ -111,3 +111,23 @@ def test_the_combined_drafter_offers_each_copy_as_is_and_checked(rt_q4_1: ModelR
             draft = combined.draft(context, 8, GREEDY, np.random.default_rng(0))
             assert draft.tokens == expected.tokens
             assert draft.n_synced == len(context)  # the model read the context with the copy
+
+
+def test_without_copying_the_combined_drafter_offers_its_draft_model_alone(
+    rt_q4_1: ModelRuntime,
+) -> None:
+    # (the regimes bench's "model alone": lookup's worth measured on one engine)
+    context = _context(rt_q4_1)
+    context = [*context, *context[-40:-20]]
+    rt_q4_1.clear()
+    combined = CombinedDrafter(DraftModelDrafter(rt_q4_1), PromptLookupDrafter())
+    assert any(o.kind is not SourceKind.MODEL for o in combined.options(context))
+    combined.copying = False
+    assert combined.options(context) == (Option("draft model"),)
+    combined.use(Option("draft model"))
+    rt_q4_1.clear()
+    own = _own_chain(rt_q4_1, context, 6)
+    rt_q4_1.clear()
+    assert combined.draft(context, 6, GREEDY, np.random.default_rng(0)).tokens == own
+    combined.copying = True
+    assert any(o.kind is SourceKind.FREE for o in combined.options(context))

@@ -472,6 +472,38 @@ def test_bench_regimes_with_pairs_of_two_networks(
     assert set(weaker["suites"]["ALL"]["modes"]) == {"target-only", "adaptive"}
 
 
+def test_bench_regimes_compares_draft_and_lookup_with_the_draft_model_alone(
+    tmp_path: Path, q4_1_first8: Path
+) -> None:
+    """The draft model with lookup runs a third mode on the same engine: the
+    same adaptive policy with lookup's copies withheld, and the report says
+    what lookup adds against it, prompt by prompt."""
+    env = {**os.environ, "GAMBIT_HOME": str(tmp_path / "home")}
+    prompts = tmp_path / "raw.jsonl"
+    verse = "one two three four five six seven eight nine ten\n"
+    prompts.write_text(json.dumps({"prompt": verse * 3, "suite": "copy"}) + "\n", encoding="utf-8")
+    args = ["bench", "--regimes", "--target", q4_1_first8, "--targets", "Q8_0x2", "--raw",
+            "--drafters", "draft+lookup", "--prompts", prompts, "--max-tokens", "24",
+            "--threads", "2", "--fixed", "none", "--json"]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "gambit", *map(str, args)],
+        capture_output=True, text=True, env=env, timeout=900, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (pair,) = json.loads(proc.stdout)["pairs"]
+    cell = pair["suites"]["ALL"]
+    assert set(cell["modes"]) == {"target-only", "adaptive", "model alone"}
+    alone = cell["modes"]["model alone"]
+    assert alone["drafted_tokens"] > 0
+    # (what each source supplied is listed only where more than one did)
+    assert set(alone.get("accepted_by_drafter", {"draft model": 0})) == {"draft model"}
+    assert cell["adaptive_vs_model_alone"] == pytest.approx(
+        cell["modes"]["adaptive"]["speedup"] / alone["speedup"]
+    )
+    (row,) = cell["per_prompt"]
+    assert row["vs_model_alone"] > 0
+
+
 def test_bench_reuse_measures_the_memory_of_earlier_chats(tmp_path: Path, smol_q4_1: Path) -> None:
     # A usual request, asked in an earlier chat and twice again: its earlier
     # replies are copied from the memory (filled with earlier turns only).

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from gambit.bench.costs import cost_bound, regime_of
-from gambit.bench.regimes import Cell, cell_figures, fixed_mode, pair_modes, pick_prompts
+from gambit.bench.regimes import pair_modes, pick_prompts
+from gambit.bench.regimes_figures import MODEL_ALONE, Cell, cell_figures, fixed_mode
 from gambit.bench.regimes_report import markdown_table, per_prompt_lines
 from gambit.bench.runner import TARGET_ONLY
 from gambit.bench.targets import TargetSpec, parse_targets
@@ -226,3 +227,37 @@ def test_cell_figures_name_the_worst_prompt() -> None:
     }
     lines = per_prompt_lines(report)
     assert lines[2].split() == ["prose", "#1", "1.10x", "fixed=8", "2.40x", "0.46"]
+
+
+def test_a_drafter_with_a_model_and_lookup_also_runs_its_model_alone() -> None:
+    # What lookup adds is measured on the same engine, alternated prompt by
+    # prompt, not as the ratio of two engines' speedups over two baselines.
+    combined = pair_modes(TargetSpec("F32", 4), "draft+lookup", ())
+    assert combined == [TARGET_ONLY, "adaptive", MODEL_ALONE]
+    assert MODEL_ALONE not in pair_modes(TargetSpec("F32", 4), "draft", ())
+    assert MODEL_ALONE not in pair_modes(TargetSpec("F32", 4), "lookup", ())
+
+
+def test_adaptive_is_compared_with_its_model_alone_prompt_by_prompt() -> None:
+    cell = Cell()
+    # Two prompts: lookup doubles the first's rate and leaves the second's.
+    for plain_s, both_s, alone_s in ((1.0, 0.25, 0.5), (1.0, 0.5, 0.5)):
+        cell.totals[TARGET_ONLY].add(_stats(100, plain_s))
+        cell.prompt_rates[TARGET_ONLY].append(100 / plain_s)
+        cell.totals["adaptive"].add(_stats(100, both_s))
+        cell.prompt_rates["adaptive"].append(100 / both_s)
+        cell.totals[MODEL_ALONE].add(_stats(100, alone_s))
+        cell.prompt_rates[MODEL_ALONE].append(100 / alone_s)
+        cell.prompts.append(f"document #{len(cell.prompts) + 1}")
+    c = costs(0.1, 0.3)
+    f = cell_figures(cell, c)
+    assert f.adaptive_vs_model_alone == pytest.approx((200 / 0.75) / (200 / 1.0))
+    assert [row["vs_model_alone"] for row in f.per_prompt] == pytest.approx([2.0, 1.0])
+    lines = per_prompt_lines(_report("draft+lookup", c, {"ALL": f.to_json()}))
+    assert "draft model alone, alternated on this engine: 1.33" in lines[0]
+    assert lines[2].split()[-1] == "2.00" and lines[3].split()[-1] == "1.00"
+    # A drafter without both: no such comparison, and the lines say nothing of it.
+    plain = Cell()
+    plain.totals[TARGET_ONLY].add(_stats(100, 1.0))
+    plain.totals["adaptive"].add(_stats(100, 0.5))
+    assert cell_figures(plain, c).adaptive_vs_model_alone is None

@@ -16,8 +16,10 @@ meet:
 For each target × drafter (draft model, prompt lookup, layer skip) × suite it
 runs target-only, the adaptive controller (chains, as the app drafts by
 default) and fixed γ ∈ {1, 2, 4, 8} — up to 16 on the scaled rows, and token
-trees there for drafters that draft them — on the same loaded models,
-rotating their order per prompt, and reports per cell:
+trees there for drafters that draft them, and for the draft model with
+lookup the same adaptive policy with the draft model alone (lookup's copies
+withheld) — on the same loaded models, rotating their order per prompt, and
+reports per cell:
 
 - tokens/s and speedup of each mode against target-only (decoding only, as
   llama.cpp reports it; a draft model's reading of the prompt counts as
@@ -35,7 +37,9 @@ rotating their order per prompt, and reports per cell:
   bursts (``gambit.engine.text.pacing``);
 - round efficiency of fixed-γ rounds: (γ · draft step + t_verify(γ+1)) ÷ the
   measured round time;
-- at temperature 0, how many replies differ from target-only.
+- at temperature 0, how many replies differ from target-only;
+- for the draft model with lookup: adaptive ÷ its draft model alone, with its
+  95 % interval prompt by prompt (``gambit.bench.regimes_figures``).
 
 Speedups are ratios within one run; run it more than once before trusting a
 difference of a few per cent (the machine's speed drifts).
@@ -49,21 +53,29 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gambit.bench.costs import CALIBRATION_CONTEXT, cost_bound, cost_summary, regime_of
-from gambit.bench.paired import held_out_ratio, paired_ratio, prompt_regret
+from gambit.bench.costs import CALIBRATION_CONTEXT, cost_summary, regime_of
 from gambit.bench.parts import PartTimes, time_parts
+from gambit.bench.regimes_figures import (
+    GAMMA_MAX,
+    MODEL_ALONE,
+    Cell,
+    cell_figures,
+    costs_at_context,
+    fixed_mode,
+    parse_fixed,
+)
 from gambit.bench.regimes_report import markdown_table, save_chart, text_table
-from gambit.bench.runner import TARGET_ONLY, BenchPrompt, ModeTotals, load_prompts, run_once
+from gambit.bench.runner import TARGET_ONLY, BenchPrompt, load_prompts, run_once
 from gambit.bench.targets import TargetSpec, derive_targets, parse_targets
+from gambit.engine.drafters.base import ChoosingDrafter
 from gambit.engine.drafters.registry import DRAFTING, TREE_DRAFTERS, DrafterKind, spec
 from gambit.engine.estimates import CostModel
-from gambit.engine.gamma.policy import DEFAULT_GAMMA_MAX
 from gambit.engine.machine.backend import detect_backend
 from gambit.engine.machine.kernels import cpu_id
 from gambit.engine.machine.runtime import RuntimeOptions
@@ -80,7 +92,6 @@ FIXED_GAMMAS = (1, 2, 4, 8)
 FIXED_GAMMAS_SCALED = (1, 2, 4, 8, 12, 16)
 # Trees on the scaled rows: a chain of γ with w side nodes, verified together.
 TREES_SCALED = ((6, 2), (12, 4))
-GAMMA_MAX = DEFAULT_GAMMA_MAX  # the adaptive policy's ceiling, as in the app
 TREE_NODES = 16
 DEFAULT_TARGETS = "F32x4,F16x4,F16,F32,Q8_0"
 # Every drafting kind of the registry, the draft model first (the classic pairing)
@@ -90,16 +101,6 @@ DRAFTERS: tuple[DrafterKind, ...] = ("draft", *(k for k in DRAFTING if k != "dra
 Log = Callable[[str], None]
 
 
-def fixed_mode(gamma: int, side: int = 0) -> str:
-    return f"fixed={gamma}" + (f"+{side}" if side else "")
-
-
-def parse_fixed(mode: str) -> tuple[int, int]:
-    """(γ, side nodes) of "fixed=N" or "fixed=N+W"."""
-    gamma, _, side = mode.removeprefix("fixed=").partition("+")
-    return int(gamma), int(side or 0)
-
-
 def pair_modes(
     target: TargetSpec, drafter: DrafterKind, fixed: tuple[int, ...] | None = None
 ) -> list[str]:
@@ -107,181 +108,14 @@ def pair_modes(
     (``fixed``, default by the target's kind; () for none), and on the scaled
     rows trees where the drafter drafts them."""
     gammas = (FIXED_GAMMAS_SCALED if target.scaled else FIXED_GAMMAS) if fixed is None else fixed
-    modes = [TARGET_ONLY, "adaptive", *(fixed_mode(g) for g in gammas)]
+    kind = spec(drafter)
+    alone = [MODEL_ALONE] if kind.combines and kind.loads_model else []
+    modes = [TARGET_ONLY, "adaptive", *alone, *(fixed_mode(g) for g in gammas)]
     if fixed == ():
         return modes  # (adaptive against target-only alone)
     if target.scaled and drafter in TREE_DRAFTERS:
         modes += [fixed_mode(g, w) for g, w in TREES_SCALED]
     return modes
-
-
-@dataclass
-class RoundTimes:
-    """Fixed-γ chain rounds that drafted their full γ: count and total seconds."""
-
-    n: int = 0
-    seconds: float = 0.0
-
-    @property
-    def mean_s(self) -> float:
-        return self.seconds / self.n if self.n else 0.0
-
-
-@dataclass
-class Cell:
-    """One target × drafter × suite."""
-
-    totals: dict[str, ModeTotals] = field(default_factory=lambda: defaultdict(ModeTotals))
-    rounds: dict[int, RoundTimes] = field(default_factory=lambda: defaultdict(RoundTimes))
-    parts: PartTimes = field(default_factory=PartTimes)  # timed alone at the replies' context
-    # Gaps between tokens as the chat view shows them, pacing bursts, per mode.
-    shown_gaps: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    # Each prompt's decoding rate (tok/s) per mode, in the prompts' order: every
-    # prompt runs every mode back to back, so modes compare prompt by prompt.
-    prompt_rates: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    prompts: list[str] = field(default_factory=list)  # "suite #n", in the same order
-    compared: int = 0
-    diverged: int = 0
-
-
-def costs_at_context(cell: Cell, calibrated: CostModel) -> CostModel:
-    """The costs the cell's rounds paid: its parts timed at the replies'
-    context, or the calibration where none were timed."""
-    return cell.parts.cost_model(GAMMA_MAX + 1) or calibrated
-
-
-def _longest_chain(modes: Sequence[str]) -> str | None:
-    chains = [m for m in modes if m.startswith("fixed=") and parse_fixed(m)[1] == 0]
-    return max(chains, key=lambda m: parse_fixed(m)[0], default=None)
-
-
-def _judged_ratio(row: dict[str, Any]) -> float:
-    return float(row["judged"][1])
-
-
-def _per_prompt(cell: Cell, fixed: list[str]) -> list[dict[str, Any]]:
-    """``prompt_regret`` of adaptive in ``cell`` against the fixed chains (adaptive
-    drafts chains, as the app does with trees off), each row with its prompt's label."""
-    chains = [m for m in fixed if parse_fixed(m)[1] == 0]
-    rows = prompt_regret(cell.prompt_rates, "adaptive", chains, TARGET_ONLY)
-    for row in rows:
-        i = int(row["index"])
-        row["prompt"] = cell.prompts[i] if i < len(cell.prompts) else f"#{i + 1}"
-    return rows
-
-
-@dataclass(frozen=True)
-class SuiteFigures:
-    """One suite's figures in a row of the regimes report: every mode's, and
-    the comparisons. None wherever nothing was run to compare with
-    (``--fixed none``; no fixed chain for the bound; no first token timed):
-    the report shows "-", never a 0.00x or 1.00x. ``to_json`` is the report's
-    form (the tables and charts read it from a saved report too)."""
-
-    modes: dict[str, dict[str, Any]]  # each mode's figures (ModeTotals.figures + speedups)
-    # prompt by prompt: adaptive ÷ the best fixed γ for that prompt (and the
-    # worst of them: what a user who tuned γ per prompt would have beaten it by)
-    per_prompt: list[dict[str, Any]]
-    worst_prompt: dict[str, Any] | None
-    best_fixed: str | None
-    best_fixed_speedup: float | None
-    best_fixed_end_to_end: float | None
-    adaptive_speedup: float
-    adaptive_end_to_end: float
-    # its 95 % interval, prompt by prompt (where nothing pays: is a loss noise?)
-    adaptive_speedup_interval: list[float] | None
-    adaptive_vs_best_fixed: float | None
-    adaptive_vs_best_fixed_end_to_end: float | None
-    # prompt by prompt: the geometric mean and its 95 % interval (gambit.bench.paired)
-    adaptive_vs_best_fixed_interval: list[float] | None
-    # against the best fixed policy chosen on the other half of the prompts
-    adaptive_vs_held_out_fixed: float | None
-    bound: float | None  # what the costs allow the longest fixed chain's acceptance
-    bound_gamma_max: int | None
-    alpha: list[float]
-    ttft_ratio: float | None
-    round_efficiency: dict[str, float]  # by γ: the parts' times ÷ a round's
-    round_ms: dict[str, dict[str, float]]
-    costs_at_context: dict[str, Any]
-    divergence: str | None  # "diverged/compared" greedy replies, where compared
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
-    """The per-cell report: every mode's figures plus the comparisons."""
-    costs = costs_at_context(cell, calibrated)
-    base = cell.totals[TARGET_ONLY].figures()
-    modes: dict[str, Any] = {}
-    for mode, totals in cell.totals.items():
-        fig = totals.figures()
-        for rate, speedup in (
-            ("tokens_per_s", "speedup"),
-            ("end_to_end_tokens_per_s", "speedup_end_to_end"),  # prompt processing included
-        ):
-            fig[speedup] = fig[rate] / base[rate] if base[rate] else 0.0
-        gaps = cell.shown_gaps.get(mode)
-        if gaps:
-            fig["p99_shown_ms"] = float(np.percentile(gaps, 99) * 1000)
-        modes[mode] = fig
-    fixed = {m: f for m, f in modes.items() if m.startswith("fixed=")}
-    best_fixed = max(fixed, key=lambda m: fixed[m]["speedup"]) if fixed else None
-    adaptive = modes.get("adaptive", {})
-    best = fixed[best_fixed]["speedup"] if best_fixed else None
-    # End to end, a draft model's prompt reading counts: the adaptive policy
-    # may skip it (and drafting) where it would not pay, a fixed one never does.
-    best_e2e = max((f["speedup_end_to_end"] for f in fixed.values()), default=None)
-    adaptive_e2e = adaptive.get("speedup_end_to_end", 0.0)
-    longest = _longest_chain(list(cell.totals))
-    probe = cell.totals.get(longest) if longest else None
-    alpha = probe.stats.acceptance_by_position if probe else ()
-    efficiency, round_ms = {}, {}
-    for gamma, times in sorted(cell.rounds.items()):
-        parts = gamma * costs.t_draft + costs.verify_cost(gamma + 1)
-        if times.n:
-            efficiency[str(gamma)] = parts / times.mean_s
-            round_ms[str(gamma)] = {"round": times.mean_s * 1000, "parts": parts * 1000}
-    gamma_bound = parse_fixed(longest)[0] if longest else 1
-    base_ttft = base.get("ttft_ms", 0.0)
-    rates = cell.prompt_rates
-    paired = (
-        paired_ratio(list(zip(rates[best_fixed], rates["adaptive"], strict=True)))
-        if best_fixed and "adaptive" in rates
-        else None
-    )
-    over_plain = (
-        paired_ratio(list(zip(rates[TARGET_ONLY], rates["adaptive"], strict=True)))
-        if "adaptive" in rates
-        else None
-    )
-    per_prompt = _per_prompt(cell, list(fixed))
-    adaptive_speedup = adaptive.get("speedup", 0.0)
-    return SuiteFigures(
-        modes=modes,
-        per_prompt=per_prompt,
-        worst_prompt=min(per_prompt, key=_judged_ratio, default=None),
-        best_fixed=best_fixed,
-        best_fixed_speedup=best,
-        best_fixed_end_to_end=best_e2e,
-        adaptive_speedup=adaptive_speedup,
-        adaptive_end_to_end=adaptive_e2e,
-        adaptive_speedup_interval=list(over_plain[1:]) if over_plain else None,
-        adaptive_vs_best_fixed=adaptive_speedup / best if best else None,
-        adaptive_vs_best_fixed_end_to_end=adaptive_e2e / best_e2e if best_e2e else None,
-        adaptive_vs_best_fixed_interval=list(paired[1:]) if paired else None,
-        # (0.0 from held_out_ratio: too few prompts or no fixed policy)
-        adaptive_vs_held_out_fixed=held_out_ratio(rates, "adaptive", list(fixed)) or None,
-        # a fixed chain that never drafted: nothing to gain, plain decoding
-        bound=(cost_bound(alpha, costs, gamma_bound) if alpha else 1.0) if probe else None,
-        bound_gamma_max=gamma_bound if probe else None,
-        alpha=list(alpha),
-        ttft_ratio=adaptive.get("ttft_ms", 0.0) / base_ttft if base_ttft else None,
-        round_efficiency=efficiency,
-        round_ms=round_ms,
-        costs_at_context=cost_summary(costs),
-        divergence=f"{cell.diverged}/{cell.compared}" if cell.compared else None,
-    )
 
 
 @dataclass(frozen=True)
@@ -346,7 +180,7 @@ def _controllers(engine: Engine, modes: Sequence[str]) -> dict[str, GammaControl
     for mode in modes:
         if mode == TARGET_ONLY:
             controllers[mode] = None
-        elif mode == "adaptive":  # chains, as the app drafts with Tree drafts off
+        elif mode in ("adaptive", MODEL_ALONE):  # chains, as the app drafts with Tree drafts off
             controllers[mode] = engine.new_controller("adaptive", chain=True)
         else:
             gamma, side = parse_fixed(mode)
@@ -448,7 +282,14 @@ def _run_mode(
     """One prompt under one mode, folded into its suite's cell and ALL;
     returns the reply's tokens."""
     rounds: list[Round] = []
-    stats, tokens = run_once(engine, bp.prompt, config, controller, rounds, raw=raw)
+    combined = engine.drafter if isinstance(engine.drafter, ChoosingDrafter) else None
+    if combined is not None:
+        combined.copying = mode != MODEL_ALONE
+    try:
+        stats, tokens = run_once(engine, bp.prompt, config, controller, rounds, raw=raw)
+    finally:
+        if combined is not None:
+            combined.copying = True
     gamma, side = parse_fixed(mode) if mode.startswith("fixed=") else (0, 0)
     chain = gamma > 0 and side == 0
     parts = _time_parts_mid_reply(engine, tokens, gamma) if chain else None

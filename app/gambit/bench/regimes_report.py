@@ -39,12 +39,21 @@ def per_prompt_lines(report: dict[str, Any]) -> list[str]:
     best fixed γ's for that prompt, and adaptive ÷ that fixed γ."""
     lines = []
     for pair in report["pairs"]:
-        rows = pair.get("suites", {}).get("ALL", {}).get("per_prompt")
+        figures = pair.get("suites", {}).get("ALL", {})
+        rows = figures.get("per_prompt")
         if not rows:
             continue
+        name = f"{pair.get('label', pair['target'])} + {drafter_label(pair)}"
+        alone = figures.get("adaptive_vs_model_alone")
+        if alone:
+            interval = figures.get("adaptive_vs_model_alone_interval")
+            lines.append(
+                f"{name}: adaptive ÷ the same policy with the draft model alone, "
+                f"alternated on this engine: {_ratio(alone, interval)}"
+            )
         lines.append(
-            f"{pair.get('label', pair['target'])} + {drafter_label(pair)}, prompt by prompt: "
-            "adaptive, the best fixed γ for the prompt, adaptive ÷ it"
+            f"{name}, prompt by prompt: adaptive, the best fixed γ for the prompt, adaptive ÷ it"
+            + (", adaptive ÷ the draft model alone" if alone else "")
         )
         for row in rows:
             best = row["best_fixed"]
@@ -52,6 +61,7 @@ def per_prompt_lines(report: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  {row['prompt']:<12} {row['speedup']:.2f}x  "
                 + (f"{best} {row['best_fixed_speedup']:.2f}x  {versus:.2f}" if best else "-")
+                + (f"  {row['vs_model_alone']:.2f}" if "vs_model_alone" in row else "")
             )
     return lines
 

@@ -227,6 +227,10 @@ class ChoosingDrafter(Drafter, Protocol):
     later), ``READ`` (a copy the draft model reads in one batch and checks
     before it is sent) or ``MODEL`` (draft steps)."""
 
+    # Whether the copies are offered (``options``); False: the draft model's
+    # own chain alone, as the regimes bench compares the two on one engine.
+    copying: bool
+
     def options(self, context: list[int]) -> tuple[Option, ...]:
         """An option per source that can propose a draft now (``Drafter.option``),
         the one to prefer when nothing else decides first; () for none."""

@@ -68,6 +68,7 @@ class CombinedDrafter:
         if check_copies and model.through_text:
             raise ValueError("only a draft model of the target's vocabulary checks copies")
         self.check_copies = check_copies
+        self.copying = True  # (ChoosingDrafter: False offers the draft model alone)
         self._chosen: Option | None = None  # this round's (None: the draft model's)
 
     @property
@@ -83,7 +84,7 @@ class CombinedDrafter:
         return self.model.steps_per_token
 
     def options(self, context: list[int]) -> tuple[Option, ...]:
-        sources = self.lookup.sources(context)
+        sources = self.lookup.sources(context) if self.copying else ()
         copies = tuple(replace(o, kind=SourceKind.FREE) for o in sources)
         model = self.model.option(context)
         if model is None:
