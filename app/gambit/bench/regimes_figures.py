@@ -193,12 +193,7 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
     )
     per_prompt = _per_prompt(cell, list(fixed))
     adaptive_speedup = adaptive.get("speedup", 0.0)
-    alone = modes.get(MODEL_ALONE, {}).get("speedup")
-    alone_paired = (
-        paired_ratio(list(zip(rates[MODEL_ALONE], rates["adaptive"], strict=True)))
-        if alone and "adaptive" in rates
-        else None
-    )
+    vs_alone, vs_alone_interval = _vs_model_alone(cell, modes)
     return SuiteFigures(
         modes=modes,
         per_prompt=per_prompt,
@@ -223,6 +218,18 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
         round_ms=round_ms,
         costs_at_context=cost_summary(costs),
         divergence=f"{cell.diverged}/{cell.compared}" if cell.compared else None,
-        adaptive_vs_model_alone=adaptive_speedup / alone if alone else None,
-        adaptive_vs_model_alone_interval=list(alone_paired[1:]) if alone_paired else None,
+        adaptive_vs_model_alone=vs_alone,
+        adaptive_vs_model_alone_interval=vs_alone_interval,
     )
+
+
+def _vs_model_alone(cell: Cell, modes: dict[str, Any]) -> tuple[float | None, list[float] | None]:
+    """Adaptive ÷ the same policy with the draft model alone (MODEL_ALONE), and
+    its 95 % interval prompt by prompt; None where that mode did not run."""
+    alone = modes.get(MODEL_ALONE, {}).get("speedup")
+    adaptive = modes.get("adaptive", {}).get("speedup")
+    if not alone or adaptive is None:
+        return None, None
+    rates = cell.prompt_rates
+    paired = paired_ratio(list(zip(rates[MODEL_ALONE], rates["adaptive"], strict=True)))
+    return adaptive / alone, list(paired[1:]) if paired else None
