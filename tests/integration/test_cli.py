@@ -502,6 +502,10 @@ def test_bench_regimes_compares_draft_and_lookup_with_the_draft_model_alone(
     )
     (row,) = cell["per_prompt"]
     assert row["vs_model_alone"] > 0
+    # The ceiling on what copies could add to this reply was measured: copies
+    # are one more choice, so with perfect foresight never a loss.
+    assert row["lookup_ceiling"] >= 1.0
+    assert cell["lookup_ceiling"] == pytest.approx(row["lookup_ceiling"])
 
 
 def test_bench_reuse_measures_the_memory_of_earlier_chats(tmp_path: Path, smol_q4_1: Path) -> None:

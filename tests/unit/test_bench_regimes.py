@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gambit.bench.costs import cost_bound, regime_of
+from gambit.bench.foresight import ReplyRuns, foresight_seconds, lookup_ceiling, runs_of
 from gambit.bench.regimes import pair_modes, pick_prompts
 from gambit.bench.regimes_figures import MODEL_ALONE, Cell, cell_figures, fixed_mode
 from gambit.bench.regimes_report import markdown_table, per_prompt_lines
@@ -261,3 +262,33 @@ def test_adaptive_is_compared_with_its_model_alone_prompt_by_prompt() -> None:
     plain.totals[TARGET_ONLY].add(_stats(100, 1.0))
     plain.totals["adaptive"].add(_stats(100, 0.5))
     assert cell_figures(plain, c).adaptive_vs_model_alone is None
+
+
+def test_what_lookup_added_is_read_against_the_ceiling_its_replies_allowed() -> None:
+    cell = Cell()
+    c = CostModel(17)
+    for k in range(1, 18):
+        c.set_target(k, 0.010 * (1 + 0.1 * (k - 1)))
+    c.draft_ratio, c.catch_up_ratio = 0.12, 0.05
+    # Two replies of 17 tokens: the first a copy lands in full, the second
+    # none does (its ceiling is 1.0); a draft through text measures none.
+    copied = ReplyRuns(model=runs_of([True] * 17), copy=tuple(min(16, 17 - i) for i in range(17)))
+    new_text = ReplyRuns(model=runs_of([True] * 17), copy=(0,) * 17)
+    for runs, both_s in ((copied, 0.25), (new_text, 0.5), (None, 0.5)):
+        for mode, seconds in ((TARGET_ONLY, 1.0), ("adaptive", both_s), (MODEL_ALONE, 0.5)):
+            cell.totals[mode].add(_stats(100, seconds))
+            cell.prompt_rates[mode].append(100 / seconds)
+        cell.prompts.append(f"document #{len(cell.prompts) + 1}")
+        cell.foresight.append(runs)
+    f = cell_figures(cell, c)
+    one = lookup_ceiling(copied, c, 16)
+    assert one > 1.0 and lookup_ceiling(new_text, c, 16) == 1.0
+    assert "lookup_ceiling" not in f.per_prompt[2]
+    # Over the suite: the summed least times, not a mean of the ratios.
+    alone = 2 * foresight_seconds(copied, c, 16, copies=False)
+    assert f.lookup_ceiling == pytest.approx(alone / (alone / 2 / one + alone / 2))
+    lines = per_prompt_lines(_report("draft+lookup", c, {"ALL": f.to_json()}))
+    ratio = f.adaptive_vs_model_alone
+    assert f"{ratio / f.lookup_ceiling:.2f} of the ceiling of {f.lookup_ceiling:.2f}x" in lines[0]
+    assert lines[2].split()[-3:] == [f"({2.0 / one:.2f}", "of", f"{one:.2f})"]
+    assert lines[3].split()[-3:] == ["(1.00", "of", "1.00)"]

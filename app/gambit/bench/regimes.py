@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from gambit.bench.costs import CALIBRATION_CONTEXT, cost_summary, regime_of
+from gambit.bench.foresight import ReplyRuns, reply_runs
 from gambit.bench.parts import PartTimes, time_parts
 from gambit.bench.regimes_figures import (
     GAMMA_MAX,
@@ -264,6 +265,11 @@ def run_pair(
         )
         if adaptive := controllers.get("adaptive"):  # (kept at close, as the app's policy is)
             engine.use_controller(adaptive)
+            # The calibration times draft steps and target batches; what a
+            # round's catch-up costs only rounds measure (for the ceiling on
+            # what lookup adds: a copy's price is the draft model's reading).
+            costs.catch_up_ratio = adaptive.costs.catch_up_ratio
+            costs.draft_extra_ratio = adaptive.costs.draft_extra_ratio
     finally:
         engine.close()
     return cells, costs, facts
@@ -290,6 +296,8 @@ def _run_mode(
     finally:
         if combined is not None:
             combined.copying = True
+    copied = combined is not None and mode == "adaptive"
+    runs = _foresight_runs(engine, tokens) if copied else None
     gamma, side = parse_fixed(mode) if mode.startswith("fixed=") else (0, 0)
     chain = gamma > 0 and side == 0
     parts = _time_parts_mid_reply(engine, tokens, gamma) if chain else None
@@ -308,7 +316,22 @@ def _run_mode(
         if parts is not None:
             _add_round_times(cell, rounds, gamma)
             cell.parts.add(parts)
+        if copied:
+            cell.foresight.append(runs)
     return tokens
+
+
+def _foresight_runs(engine: Engine, reply: list[int]) -> ReplyRuns | None:
+    """What the draft model and lookup's copies get right along the reply just
+    made (``gambit.bench.foresight``), for the ceiling on what lookup adds;
+    None where the draft model drafts through text (its tokens are not the
+    reply's)."""
+    context = engine.context
+    draft = engine.draft_runtime
+    if draft is None or engine.drafts_through_text or context[len(context) - len(reply) :] != reply:
+        return None
+    prompt = context[: len(context) - len(reply)]
+    return reply_runs(draft, prompt, reply, GAMMA_MAX)
 
 
 def _add_round_times(cell: Cell, rounds: Sequence[Round], gamma: int) -> None:

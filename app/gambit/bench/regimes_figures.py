@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from gambit.bench.costs import cost_bound, cost_summary
+from gambit.bench.foresight import ReplyRuns, foresight_seconds, lookup_ceiling
 from gambit.bench.paired import held_out_ratio, paired_ratio, prompt_regret
 from gambit.bench.parts import PartTimes
 from gambit.bench.runner import TARGET_ONLY, ModeTotals
@@ -70,6 +71,10 @@ class Cell:
     prompts: list[str] = field(default_factory=list)  # "suite #n", in the same order
     compared: int = 0
     diverged: int = 0
+    # Where lookup joins a draft model: what each adaptive reply let the draft
+    # model and the copies get right, in the prompts' order (the ceiling; None:
+    # not measurable, a draft through text).
+    foresight: list[ReplyRuns | None] = field(default_factory=list)
 
 
 def costs_at_context(cell: Cell, calibrated: CostModel) -> CostModel:
@@ -87,7 +92,16 @@ def _judged_ratio(row: dict[str, Any]) -> float:
     return float(row["judged"][1])
 
 
-def _per_prompt(cell: Cell, fixed: list[str]) -> list[dict[str, Any]]:
+def suite_ceiling(foresight: Sequence[ReplyRuns | None], costs: CostModel) -> float | None:
+    """``lookup_ceiling`` over a suite's replies: the summed least times of
+    the draft model alone ÷ those with copies too; None where none was measured."""
+    measured = [runs for runs in foresight if runs is not None]
+    alone = sum(foresight_seconds(r, costs, GAMMA_MAX, copies=False) for r in measured)
+    with_copies = sum(foresight_seconds(r, costs, GAMMA_MAX) for r in measured)
+    return alone / with_copies if measured and with_copies > 0 else None
+
+
+def _per_prompt(cell: Cell, fixed: list[str], costs: CostModel) -> list[dict[str, Any]]:
     """``prompt_regret`` of adaptive in ``cell`` against the fixed chains (adaptive
     drafts chains, as the app does with trees off), each row with its prompt's label."""
     chains = [m for m in fixed if parse_fixed(m)[1] == 0]
@@ -98,6 +112,9 @@ def _per_prompt(cell: Cell, fixed: list[str]) -> list[dict[str, Any]]:
         row["prompt"] = cell.prompts[i] if i < len(cell.prompts) else f"#{i + 1}"
         if alone and alone[i] > 0:
             row["vs_model_alone"] = cell.prompt_rates["adaptive"][i] / alone[i]
+        runs = cell.foresight[i] if i < len(cell.foresight) else None
+        if runs is not None:
+            row["lookup_ceiling"] = lookup_ceiling(runs, costs, GAMMA_MAX)
     return rows
 
 
@@ -140,6 +157,10 @@ class SuiteFigures:
     # prompt by prompt: what lookup adds, on one engine.
     adaptive_vs_model_alone: float | None = None
     adaptive_vs_model_alone_interval: list[float] | None = None
+    # The most lookup could add on these replies, with perfect foresight, at
+    # the costs measured (gambit.bench.foresight): the draft model alone's
+    # least time ÷ that with copies, over the suite.
+    lookup_ceiling: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,7 +212,7 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
         if "adaptive" in rates
         else None
     )
-    per_prompt = _per_prompt(cell, list(fixed))
+    per_prompt = _per_prompt(cell, list(fixed), costs)
     adaptive_speedup = adaptive.get("speedup", 0.0)
     vs_alone, vs_alone_interval = _vs_model_alone(cell, modes)
     return SuiteFigures(
@@ -220,6 +241,7 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
         divergence=f"{cell.diverged}/{cell.compared}" if cell.compared else None,
         adaptive_vs_model_alone=vs_alone,
         adaptive_vs_model_alone_interval=vs_alone_interval,
+        lookup_ceiling=suite_ceiling(cell.foresight, costs),
     )
 
 

@@ -50,20 +50,35 @@ def per_prompt_lines(report: dict[str, Any]) -> list[str]:
             lines.append(
                 f"{name}: adaptive ÷ the same policy with the draft model alone, "
                 f"alternated on this engine: {_ratio(alone, interval)}"
+                + _of_ceiling(alone, figures.get("lookup_ceiling"))
             )
         lines.append(
             f"{name}, prompt by prompt: adaptive, the best fixed γ for the prompt, adaptive ÷ it"
-            + (", adaptive ÷ the draft model alone" if alone else "")
+            + (", adaptive ÷ the draft model alone (÷ its ceiling)" if alone else "")
         )
         for row in rows:
             best = row["best_fixed"]
             versus = row["vs_best_fixed"]
+            vs_alone = row.get("vs_model_alone")
             lines.append(
                 f"  {row['prompt']:<12} {row['speedup']:.2f}x  "
                 + (f"{best} {row['best_fixed_speedup']:.2f}x  {versus:.2f}" if best else "-")
-                + (f"  {row['vs_model_alone']:.2f}" if "vs_model_alone" in row else "")
+                + (f"  {vs_alone:.2f}" if vs_alone is not None else "")
+                + (
+                    f" ({vs_alone / row['lookup_ceiling']:.2f} of {row['lookup_ceiling']:.2f})"
+                    if vs_alone is not None and "lookup_ceiling" in row
+                    else ""
+                )
             )
     return lines
+
+
+def _of_ceiling(ratio: float, ceiling: float | None) -> str:
+    """What a ratio over the draft model alone is of the most lookup could
+    add with perfect foresight (gambit.bench.foresight)."""
+    if not ceiling:
+        return ""
+    return f"; {ratio / ceiling:.2f} of the ceiling of {ceiling:.2f}x the replies allowed"
 
 
 def drafter_label(pair: dict[str, Any]) -> str:

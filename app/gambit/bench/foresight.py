@@ -1,0 +1,127 @@
+"""What prompt lookup could add to a draft model on one reply, with perfect foresight.
+
+The regime benchmark compares draft model + lookup with the same policy's
+draft model alone (``MODEL_ALONE``). How much better it could be depends on
+the reply: where it copies its input, a free copy saves the draft model's
+steps; where it does not, there is nothing to gain. This module gives the
+ceiling that arithmetic sets on each reply, so the measured ratio is read
+against what the reply allowed, not against a guess.
+
+For one greedy reply it finds, per position, how many tokens in a row the
+draft model drafts right (``model_runs``: its greedy choice, teacher-forced
+on the reply, equals the reply token) and how many lookup's copy gets right
+(``copy_runs``: the copy ``PromptLookupDrafter`` drafts there). A schedule
+with perfect foresight then picks each round's drafter and γ to reach the
+reply's end soonest (``foresight_seconds``), under the measured costs:
+
+- a round of the draft model: γ draft steps (and its per-round catch-up)
+  and a target batch of γ + 1 (``CostModel.round_cost``);
+- a round of a copy: the target batch, and the draft model's reading of the
+  tokens the copy committed before it drafts again (``catch_up_cost``);
+- a plain step: one target token.
+
+The ceiling is the draft model alone's best time ÷ the best time with
+copies too, on the same reply and costs (``lookup_ceiling``): 1.0 where no
+copy lands, above it by what a copy's skipped draft steps save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gambit.engine.drafters.lookup import PromptLookupDrafter
+from gambit.engine.estimates import CostModel
+from gambit.engine.machine.runtime import ModelRuntime
+from gambit.engine.verification.sampling import SamplingParams
+
+_GREEDY = SamplingParams(temperature=0.0)
+
+
+@dataclass(frozen=True)
+class ReplyRuns:
+    """Per reply position: the tokens in a row the draft model, and lookup's
+    copy, get right from there (the copy's as drafted: at most γ max)."""
+
+    model: tuple[int, ...]
+    copy: tuple[int, ...]
+
+
+def runs_of(hits: Sequence[bool]) -> tuple[int, ...]:
+    """For each position, how many ``hits`` in a row start there."""
+    runs = [0] * (len(hits) + 1)
+    for i in range(len(hits) - 1, -1, -1):
+        runs[i] = runs[i + 1] + 1 if hits[i] else 0
+    return tuple(runs[:-1])
+
+
+def model_hits(draft: ModelRuntime, prompt: list[int], reply: list[int]) -> list[bool]:
+    """Whether the draft model's greedy choice, given the prompt and the reply
+    so far, is each reply token (leaves ``draft`` holding prompt + reply)."""
+    if not reply:
+        return []
+    draft.sync(prompt)
+    predicted = [int(np.argmax(draft.logits(-1)))]
+    for start in range(0, len(reply), draft.n_batch):
+        chunk = reply[start : start + draft.n_batch]
+        rows = draft.decode(chunk, all_logits=True)
+        predicted.extend(int(t) for t in np.argmax(draft.logits_rows(rows), axis=1))
+    return [predicted[i] == tok for i, tok in enumerate(reply)]
+
+
+def copy_runs(prompt: list[int], reply: list[int], gamma_max: int) -> tuple[int, ...]:
+    """How many tokens of lookup's copy (up to ``gamma_max``) land at each
+    reply position, copying from the conversation as it stands there."""
+    lookup = PromptLookupDrafter()
+    rng = np.random.default_rng(0)  # (a copy draws nothing)
+    runs = []
+    for i in range(len(reply)):
+        copy = lookup.draft(prompt + reply[:i], gamma_max, _GREEDY, rng).tokens
+        n = 0
+        while n < len(copy) and i + n < len(reply) and copy[n] == reply[i + n]:
+            n += 1
+        runs.append(n)
+    return tuple(runs)
+
+
+def reply_runs(
+    draft: ModelRuntime, prompt: list[int], reply: list[int], gamma_max: int
+) -> ReplyRuns:
+    return ReplyRuns(runs_of(model_hits(draft, prompt, reply)), copy_runs(prompt, reply, gamma_max))
+
+
+def foresight_seconds(
+    runs: ReplyRuns, costs: CostModel, gamma_max: int, *, copies: bool = True
+) -> float:
+    """The least time any schedule of rounds needs for the reply, knowing
+    every round's outcome beforehand (``copies`` False: the draft model's
+    rounds and plain steps only)."""
+    n = len(runs.model)
+    best = [np.inf] * (n + 1)  # index i: the soonest the first i tokens are committed
+    best[0] = 0.0
+    plain = costs.verify_cost(1)
+    for i in range(n):
+        now = best[i]
+        if now == np.inf:
+            continue
+        best[i + 1] = min(best[i + 1], now + plain)
+        for gamma in range(1, gamma_max + 1):
+            landed = min(gamma, runs.model[i])
+            j = min(n, i + landed + 1)  # (the target adds a token of its own)
+            best[j] = min(best[j], now + costs.round_cost(gamma, gamma + 1))
+        landed = runs.copy[i]
+        if copies and landed:
+            j = min(n, i + landed + 1)
+            cost = costs.verify_cost(landed + 1) + costs.catch_up_cost(j - i)
+            best[j] = min(best[j], now + cost)
+    return float(best[n])
+
+
+def lookup_ceiling(runs: ReplyRuns, costs: CostModel, gamma_max: int) -> float:
+    """The draft model alone's foresight time ÷ that with lookup's copies too:
+    the most lookup can speed this reply up (1.0: no copy would help)."""
+    with_copies = foresight_seconds(runs, costs, gamma_max)
+    alone = foresight_seconds(runs, costs, gamma_max, copies=False)
+    return alone / with_copies if with_copies > 0 else 1.0
