@@ -325,13 +325,13 @@ def _foresight_runs(engine: Engine, reply: list[int]) -> ReplyRuns | None:
     """What the draft model and lookup's copies get right along the reply just
     made (``gambit.bench.foresight``), for the ceiling on what lookup adds;
     None where the draft model drafts through text (its tokens are not the
-    reply's)."""
+    reply's) or no prompt came before the reply (nothing to predict it from)."""
     context = engine.context
     draft = engine.draft_runtime
     if draft is None or engine.drafts_through_text or context[len(context) - len(reply) :] != reply:
         return None
     prompt = context[: len(context) - len(reply)]
-    return reply_runs(draft, prompt, reply, GAMMA_MAX)
+    return reply_runs(draft, prompt, reply, GAMMA_MAX) if prompt else None
 
 
 def _add_round_times(cell: Cell, rounds: Sequence[Round], gamma: int) -> None:
