@@ -11,7 +11,13 @@ import pytest
 from gambit.bench.costs import cost_bound, regime_of
 from gambit.bench.foresight import ReplyRuns, foresight_seconds, lookup_ceiling, runs_of
 from gambit.bench.regimes import pair_modes, pick_prompts
-from gambit.bench.regimes_figures import MODEL_ALONE, Cell, cell_figures, fixed_mode
+from gambit.bench.regimes_figures import (
+    MODEL_ALONE,
+    Cell,
+    cell_figures,
+    costs_at_context,
+    fixed_mode,
+)
 from gambit.bench.regimes_report import markdown_table, per_prompt_lines
 from gambit.bench.runner import TARGET_ONLY
 from gambit.bench.targets import TargetSpec, parse_targets
@@ -292,3 +298,19 @@ def test_what_lookup_added_is_read_against_the_ceiling_its_replies_allowed() -> 
     assert f"{ratio / f.lookup_ceiling:.2f} of the ceiling of {f.lookup_ceiling:.2f}x" in lines[0]
     assert lines[2].split()[-3:] == [f"({2.0 / one:.2f}", "of", f"{one:.2f})"]
     assert lines[3].split()[-3:] == ["(1.00", "of", "1.00)"]
+
+
+def test_costs_timed_at_the_replies_context_keep_what_only_rounds_measure() -> None:
+    # Parts time a draft step and target batches alone; a round's catch-up
+    # (the price of a copy for the lookup ceiling) comes from the rounds.
+    calibrated = costs(0.1, 0.3)
+    calibrated.catch_up_ratio, calibrated.draft_extra_ratio = 0.05, 0.2
+    cell = Cell()
+    assert costs_at_context(cell, calibrated) is calibrated
+    cell.parts.target[1].append(0.020)
+    cell.parts.target[17].append(0.060)
+    cell.parts.draft.append(0.004)
+    timed = costs_at_context(cell, calibrated)
+    assert timed.verify_cost(1) == pytest.approx(0.020)
+    assert timed.catch_up_cost(1) == pytest.approx(0.05 * 0.020)
+    assert timed.draft_extra_ratio == 0.2

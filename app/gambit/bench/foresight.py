@@ -119,9 +119,20 @@ def foresight_seconds(
     return float(best[n])
 
 
+def foresight_times(runs: ReplyRuns, costs: CostModel, gamma_max: int) -> tuple[float, float]:
+    """(the draft model alone's, with lookup's copies too) least times for the reply."""
+    alone = foresight_seconds(runs, costs, gamma_max, copies=False)
+    return alone, foresight_seconds(runs, costs, gamma_max)
+
+
+def ceiling_of(times: Sequence[tuple[float, float]]) -> float:
+    """The summed ``foresight_times`` of one or more replies: alone ÷ with copies."""
+    alone = sum(t[0] for t in times)
+    with_copies = sum(t[1] for t in times)
+    return alone / with_copies if with_copies > 0 else 1.0
+
+
 def lookup_ceiling(runs: ReplyRuns, costs: CostModel, gamma_max: int) -> float:
     """The draft model alone's foresight time ÷ that with lookup's copies too:
     the most lookup can speed this reply up (1.0: no copy would help)."""
-    with_copies = foresight_seconds(runs, costs, gamma_max)
-    alone = foresight_seconds(runs, costs, gamma_max, copies=False)
-    return alone / with_copies if with_copies > 0 else 1.0
+    return ceiling_of([foresight_times(runs, costs, gamma_max)])

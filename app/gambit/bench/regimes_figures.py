@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from gambit.bench.costs import cost_bound, cost_summary
-from gambit.bench.foresight import ReplyRuns, foresight_seconds, lookup_ceiling
+from gambit.bench.foresight import ReplyRuns, ceiling_of, foresight_times
 from gambit.bench.paired import held_out_ratio, paired_ratio, prompt_regret
 from gambit.bench.parts import PartTimes
 from gambit.bench.runner import TARGET_ONLY, ModeTotals
@@ -79,8 +79,15 @@ class Cell:
 
 def costs_at_context(cell: Cell, calibrated: CostModel) -> CostModel:
     """The costs the cell's rounds paid: its parts timed at the replies'
-    context, or the calibration where none were timed."""
-    return cell.parts.cost_model(GAMMA_MAX + 1) or calibrated
+    context, or the calibration where none were timed. Either way with what
+    only rounds measure, as ``calibrated`` carries it (``run_pair``): a
+    round's catch-up, for the ceiling on what lookup adds."""
+    timed = cell.parts.cost_model(GAMMA_MAX + 1)
+    if timed is None:
+        return calibrated
+    timed.catch_up_ratio = calibrated.catch_up_ratio
+    timed.draft_extra_ratio = calibrated.draft_extra_ratio
+    return timed
 
 
 def _longest_chain(modes: Sequence[str]) -> str | None:
@@ -92,18 +99,25 @@ def _judged_ratio(row: dict[str, Any]) -> float:
     return float(row["judged"][1])
 
 
-def suite_ceiling(foresight: Sequence[ReplyRuns | None], costs: CostModel) -> float | None:
-    """``lookup_ceiling`` over a suite's replies: the summed least times of
-    the draft model alone ÷ those with copies too; None where none was measured."""
-    measured = [runs for runs in foresight if runs is not None]
-    alone = sum(foresight_seconds(r, costs, GAMMA_MAX, copies=False) for r in measured)
-    with_copies = sum(foresight_seconds(r, costs, GAMMA_MAX) for r in measured)
-    return alone / with_copies if measured and with_copies > 0 else None
+def _foresight_times(cell: Cell, costs: CostModel) -> list[tuple[float, float] | None]:
+    """Each prompt's ``foresight_times``, where its reply was measured."""
+    return [None if r is None else foresight_times(r, costs, GAMMA_MAX) for r in cell.foresight]
 
 
-def _per_prompt(cell: Cell, fixed: list[str], costs: CostModel) -> list[dict[str, Any]]:
+def _suite_ceiling(replies: list[tuple[float, float] | None]) -> float | None:
+    """The ceiling over the suite: its replies' summed least times, not a mean
+    of their ratios; None where none was measured."""
+    measured = [times for times in replies if times is not None]
+    return ceiling_of(measured) if measured else None
+
+
+def _per_prompt(
+    cell: Cell, fixed: list[str], times: list[tuple[float, float] | None]
+) -> list[dict[str, Any]]:
     """``prompt_regret`` of adaptive in ``cell`` against the fixed chains (adaptive
-    drafts chains, as the app does with trees off), each row with its prompt's label."""
+    drafts chains, as the app does with trees off), each row with its prompt's
+    label (and, where lookup joins a draft model, what lookup added and its
+    ceiling on that prompt's reply, from ``times``)."""
     chains = [m for m in fixed if parse_fixed(m)[1] == 0]
     rows = prompt_regret(cell.prompt_rates, "adaptive", chains, TARGET_ONLY)
     alone = cell.prompt_rates.get(MODEL_ALONE)
@@ -112,9 +126,9 @@ def _per_prompt(cell: Cell, fixed: list[str], costs: CostModel) -> list[dict[str
         row["prompt"] = cell.prompts[i] if i < len(cell.prompts) else f"#{i + 1}"
         if alone and alone[i] > 0:
             row["vs_model_alone"] = cell.prompt_rates["adaptive"][i] / alone[i]
-        runs = cell.foresight[i] if i < len(cell.foresight) else None
-        if runs is not None:
-            row["lookup_ceiling"] = lookup_ceiling(runs, costs, GAMMA_MAX)
+        reply = times[i] if i < len(times) else None
+        if reply is not None:
+            row["lookup_ceiling"] = ceiling_of([reply])
     return rows
 
 
@@ -212,7 +226,8 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
         if "adaptive" in rates
         else None
     )
-    per_prompt = _per_prompt(cell, list(fixed), costs)
+    replies = _foresight_times(cell, costs)
+    per_prompt = _per_prompt(cell, list(fixed), replies)
     adaptive_speedup = adaptive.get("speedup", 0.0)
     vs_alone, vs_alone_interval = _vs_model_alone(cell, modes)
     return SuiteFigures(
@@ -241,7 +256,7 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
         divergence=f"{cell.diverged}/{cell.compared}" if cell.compared else None,
         adaptive_vs_model_alone=vs_alone,
         adaptive_vs_model_alone_interval=vs_alone_interval,
-        lookup_ceiling=suite_ceiling(cell.foresight, costs),
+        lookup_ceiling=_suite_ceiling(replies),
     )
 
 
