@@ -408,6 +408,10 @@ def test_bench_regimes(tmp_path: Path, q4_1_first8: Path) -> None:
         low, high = cell["adaptive_speedup_interval"]  # against target-only
         assert 0 < low <= high
         assert cell["adaptive_vs_held_out_fixed"] > 0
+        # and after the first token, where a draft model's reading of the prompt counts
+        assert cell["adaptive_vs_best_fixed_after_first_token"] > 0
+        assert cell["after_first_token_best_fixed"] in cell["modes"]
+        assert all(row["after_first_token"]["speedup"] > 0 for row in cell["per_prompt"])
         # Round efficiency against parts timed at the replies' own context.
         at_context = cell["costs_at_context"]
         assert at_context["t1_ms"] > 0 and set(at_context["t_ratio"]) == {"2", "3", "5", "9"}

@@ -14,6 +14,7 @@ from gambit.bench.regimes import pair_modes, pick_prompts
 from gambit.bench.regimes_figures import (
     MODEL_ALONE,
     Cell,
+    after_first_token,
     cell_figures,
     costs_at_context,
     fixed_mode,
@@ -216,6 +217,42 @@ def test_the_bound_covers_the_longest_chain_and_ttft_is_compared() -> None:
     assert f.bound_gamma_max == 16 and f.bound == pytest.approx(17.0)
     assert f.ttft_ratio == pytest.approx(1.1)
     assert f.best_fixed == "fixed=16"
+
+
+def test_prompts_are_also_judged_after_the_first_token_where_reading_counts() -> None:
+    # Two prompts of 101 tokens: on the first a draft model reads a long
+    # prompt (0.6 s after the first token) that fixed γ = 8 pays and adaptive
+    # skips; on the second both draft and read alike.
+    cell = Cell()
+    cell.prompts = ["grounded #1", "chat #1"]
+    replies = {
+        TARGET_ONLY: ((1.0, 0.0), (1.0, 0.0)),
+        "adaptive": ((1.0, 0.0), (0.5, 0.1)),
+        fixed_mode(8): ((0.7, 0.6), (0.5, 0.1)),
+    }
+    for mode, prompts in replies.items():
+        for decoding, reading in prompts:
+            s = _stats(101, 0.2 + reading + decoding)
+            s.ttft_s, s.prefill_s = 0.2, 0.2 + reading
+            cell.totals[mode].add(s)
+            cell.prompt_rates[mode].append(s.tokens_per_s)
+            cell.prompt_waits[mode].append(after_first_token(s))
+    assert cell.prompt_waits["adaptive"][1] == (100, pytest.approx(0.6))
+    f = cell_figures(cell, costs(0.1, 0.3))
+    first, second = f.per_prompt
+    # By decoding rate the skipped reading reads as a loss to fixed γ = 8 ...
+    assert first["judged"][1] == pytest.approx(0.7)
+    # ... after the first token, 1.0 s of adaptive's against 1.3 s of fixed γ's,
+    # which no longer pays 1.2x: adaptive is judged against plain decoding.
+    assert first["after_first_token"]["vs_best_fixed"] == pytest.approx(1.3)
+    assert first["after_first_token"]["judged"] == ("target-only", pytest.approx(1.0))
+    assert second["after_first_token"]["judged"] == ("best fixed", pytest.approx(1.0))
+    assert f.after_first_token_best_fixed == fixed_mode(8)
+    assert f.adaptive_vs_best_fixed_after_first_token == pytest.approx(1.9 / 1.6)
+    lines = per_prompt_lines(_report("draft", costs(0.1, 0.3), {"ALL": f.to_json()}))
+    assert lines[0].endswith("adaptive ÷ fixed=8 over the suite 1.19")
+    assert lines[2].split()[-3:] == ["(1.00", "÷", "plain)"]
+    assert lines[3].split()[-3:] == ["(1.00", "÷", "fixed=8)"]
 
 
 def test_cell_figures_name_the_worst_prompt() -> None:

@@ -66,6 +66,7 @@ from gambit.bench.regimes_figures import (
     GAMMA_MAX,
     MODEL_ALONE,
     Cell,
+    after_first_token,
     cell_figures,
     costs_at_context,
     fixed_mode,
@@ -312,6 +313,7 @@ def _run_mode(
     for cell in (cells[bp.suite], cells["ALL"]):
         cell.totals[mode].add(stats, rounds)
         cell.prompt_rates[mode].append(stats.tokens_per_s)
+        cell.prompt_waits[mode].append(after_first_token(stats))
         cell.shown_gaps[mode].extend(np.diff(shown).tolist())
         if parts is not None:
             _add_round_times(cell, rounds, gamma)

@@ -26,6 +26,7 @@ from gambit.bench.paired import held_out_ratio, paired_ratio, prompt_regret
 from gambit.bench.parts import PartTimes
 from gambit.bench.runner import TARGET_ONLY, ModeTotals
 from gambit.engine.estimates import CostModel
+from gambit.engine.gamma.metrics import GenerationStats
 from gambit.engine.gamma.policy import DEFAULT_GAMMA_MAX
 
 GAMMA_MAX = DEFAULT_GAMMA_MAX  # the adaptive policy's ceiling, as in the app
@@ -68,6 +69,12 @@ class Cell:
     # Each prompt's decoding rate (tok/s) per mode, in the prompts' order: every
     # prompt runs every mode back to back, so modes compare prompt by prompt.
     prompt_rates: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    # Each prompt's tokens after the first and the seconds they took, per mode
+    # (``after_first_token``): where a policy may skip reading the prompt,
+    # the rate that charges a draft model's reading to the mode that paid it.
+    prompt_waits: dict[str, list[tuple[int, float]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     prompts: list[str] = field(default_factory=list)  # "suite #n", in the same order
     compared: int = 0
     diverged: int = 0
@@ -75,6 +82,18 @@ class Cell:
     # model and the copies get right, in the prompts' order (the ceiling; None:
     # not measurable, a draft through text).
     foresight: list[ReplyRuns | None] = field(default_factory=list)
+
+
+def after_first_token(stats: GenerationStats) -> tuple[int, float]:
+    """A reply's tokens after its first and the seconds they took: what a user
+    waits once the reply has started. A draft model reads the prompt after the
+    first token, so its reading counts here, where ``tokens_per_s`` leaves it
+    out with all prompt processing; the target's own prefill, the same in
+    every mode, is before the first token and left out of both. (The adaptive
+    policy skips the reading where drafting would not repay it; a fixed γ
+    always pays it, so judged by ``tokens_per_s`` alone, skipping it reads as
+    a loss however much time it saved.)"""
+    return max(0, stats.n_tokens - 1), max(0.0, stats.elapsed_s - stats.ttft_s)
 
 
 def costs_at_context(cell: Cell, calibrated: CostModel) -> CostModel:
@@ -120,9 +139,15 @@ def _per_prompt(
     ceiling on that prompt's reply, from ``times``)."""
     chains = [m for m in fixed if parse_fixed(m)[1] == 0]
     rows = prompt_regret(cell.prompt_rates, "adaptive", chains, TARGET_ONLY)
+    waits = {m: [n / s if s > 0 else 0.0 for n, s in w] for m, w in cell.prompt_waits.items()}
+    after_first = {
+        int(r["index"]): r for r in prompt_regret(waits, "adaptive", chains, TARGET_ONLY)
+    }
     alone = cell.prompt_rates.get(MODEL_ALONE)
     for row in rows:
         i = int(row["index"])
+        if i in after_first:
+            row["after_first_token"] = after_first[i]
         row["prompt"] = cell.prompts[i] if i < len(cell.prompts) else f"#{i + 1}"
         if alone and alone[i] > 0:
             row["vs_model_alone"] = cell.prompt_rates["adaptive"][i] / alone[i]
@@ -175,6 +200,11 @@ class SuiteFigures:
     # the costs measured (gambit.bench.foresight): the draft model alone's
     # least time ÷ that with copies, over the suite.
     lookup_ceiling: float | None = None
+    # After the first token, a draft model's reading of the prompt counted
+    # (``after_first_token``): adaptive ÷ the best fixed γ by that rate over
+    # the suite, and which γ that was.
+    after_first_token_best_fixed: str | None = None
+    adaptive_vs_best_fixed_after_first_token: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -227,6 +257,7 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
         else None
     )
     replies = _foresight_times(cell, costs)
+    after_best, after_ratio = _after_first_token_regret(cell, list(fixed))
     per_prompt = _per_prompt(cell, list(fixed), replies)
     adaptive_speedup = adaptive.get("speedup", 0.0)
     vs_alone, vs_alone_interval = _vs_model_alone(cell, modes)
@@ -257,7 +288,26 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
         adaptive_vs_model_alone=vs_alone,
         adaptive_vs_model_alone_interval=vs_alone_interval,
         lookup_ceiling=_suite_ceiling(replies),
+        after_first_token_best_fixed=after_best,
+        adaptive_vs_best_fixed_after_first_token=after_ratio,
     )
+
+
+def _after_first_token_regret(cell: Cell, fixed: list[str]) -> tuple[str | None, float | None]:
+    """The best fixed γ over the suite by the rate after the first token
+    (``after_first_token``, summed over the prompts), and adaptive ÷ it;
+    (None, None) where those were not measured."""
+
+    def rate(mode: str) -> float:
+        waits = cell.prompt_waits.get(mode, [])
+        seconds = sum(s for _, s in waits)
+        return sum(n for n, _ in waits) / seconds if seconds > 0 else 0.0
+
+    measured = [m for m in fixed if rate(m) > 0]
+    if not measured or rate("adaptive") <= 0:
+        return None, None
+    best = max(measured, key=rate)
+    return best, rate("adaptive") / rate(best)
 
 
 def _vs_model_alone(cell: Cell, modes: dict[str, Any]) -> tuple[float | None, list[float] | None]:

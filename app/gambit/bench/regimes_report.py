@@ -29,9 +29,13 @@ def _worst(row: dict[str, Any] | None) -> str:
     where some fixed γ paid (gambit.bench.paired.PAYS_FROM), "0.97 ÷ plain" where none did."""
     if not row:
         return "-"
+    return f"{_judged(row)} ({row['prompt']})"
+
+
+def _judged(row: dict[str, Any]) -> str:
+    """A prompt's judged ratio and what it is judged against, as "0.97 ÷ fixed=8"."""
     against, ratio = row["judged"]
-    rival = row["best_fixed"] if against == "best fixed" else "plain"
-    return f"{ratio:.2f} ÷ {rival} ({row['prompt']})"
+    return f"{ratio:.2f} ÷ {row['best_fixed'] if against == 'best fixed' else 'plain'}"
 
 
 def per_prompt_lines(report: dict[str, Any]) -> list[str]:
@@ -52,17 +56,27 @@ def per_prompt_lines(report: dict[str, Any]) -> list[str]:
                 f"alternated on this engine: {_ratio(alone, interval)}"
                 + _of_ceiling(alone, figures.get("lookup_ceiling"))
             )
+        after = figures.get("adaptive_vs_best_fixed_after_first_token")
+        if after is not None:
+            lines.append(
+                f"{name}: after the first token, a draft model's reading of the prompt "
+                f"counted: adaptive ÷ {figures['after_first_token_best_fixed']} over the "
+                f"suite {after:.2f}"
+            )
         lines.append(
             f"{name}, prompt by prompt: adaptive, the best fixed γ for the prompt, adaptive ÷ it"
+            + (" (and as judged after the first token)" if after is not None else "")
             + (", adaptive ÷ the draft model alone (÷ its ceiling)" if alone else "")
         )
         for row in rows:
             best = row["best_fixed"]
             versus = row["vs_best_fixed"]
             vs_alone = row.get("vs_model_alone")
+            waited = row.get("after_first_token")
             lines.append(
                 f"  {row['prompt']:<12} {row['speedup']:.2f}x  "
                 + (f"{best} {row['best_fixed_speedup']:.2f}x  {versus:.2f}" if best else "-")
+                + (f" ({_judged(waited)})" if waited else "")
                 + (f"  {vs_alone:.2f}" if vs_alone is not None else "")
                 + (
                     f" ({vs_alone / row['lookup_ceiling']:.2f} of {row['lookup_ceiling']:.2f})"
