@@ -410,6 +410,7 @@ def test_bench_regimes(tmp_path: Path, q4_1_first8: Path) -> None:
         assert cell["adaptive_vs_held_out_fixed"] > 0
         # and after the first token, where a draft model's reading of the prompt counts
         assert cell["adaptive_vs_best_fixed_after_first_token"] > 0
+        assert cell["adaptive_after_first_token"] > 0
         assert cell["after_first_token_best_fixed"] in cell["modes"]
         assert all(row["after_first_token"]["speedup"] > 0 for row in cell["per_prompt"])
         # Round efficiency against parts timed at the replies' own context.

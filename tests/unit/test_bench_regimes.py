@@ -249,8 +249,9 @@ def test_prompts_are_also_judged_after_the_first_token_where_reading_counts() ->
     assert second["after_first_token"]["judged"] == ("best fixed", pytest.approx(1.0))
     assert f.after_first_token_best_fixed == fixed_mode(8)
     assert f.adaptive_vs_best_fixed_after_first_token == pytest.approx(1.9 / 1.6)
+    assert f.adaptive_after_first_token == pytest.approx(2.0 / 1.6)
     lines = per_prompt_lines(_report("draft", costs(0.1, 0.3), {"ALL": f.to_json()}))
-    assert lines[0].endswith("adaptive ÷ fixed=8 over the suite 1.19")
+    assert lines[0].endswith("over the suite: adaptive 1.25x target-only, 1.19 of fixed=8")
     assert lines[2].split()[-3:] == ["(1.00", "÷", "plain)"]
     assert lines[3].split()[-3:] == ["(1.00", "÷", "fixed=8)"]
 

@@ -201,8 +201,9 @@ class SuiteFigures:
     # least time ÷ that with copies, over the suite.
     lookup_ceiling: float | None = None
     # After the first token, a draft model's reading of the prompt counted
-    # (``after_first_token``): adaptive ÷ the best fixed γ by that rate over
-    # the suite, and which γ that was.
+    # (``after_first_token``), over the suite: adaptive ÷ target-only, and ÷
+    # the best fixed γ by that rate (and which γ that was).
+    adaptive_after_first_token: float | None = None
     after_first_token_best_fixed: str | None = None
     adaptive_vs_best_fixed_after_first_token: float | None = None
 
@@ -257,7 +258,7 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
         else None
     )
     replies = _foresight_times(cell, costs)
-    after_best, after_ratio = _after_first_token_regret(cell, list(fixed))
+    after_speedup, after_best, after_ratio = _after_first_token_regret(cell, list(fixed))
     per_prompt = _per_prompt(cell, list(fixed), replies)
     adaptive_speedup = adaptive.get("speedup", 0.0)
     vs_alone, vs_alone_interval = _vs_model_alone(cell, modes)
@@ -288,26 +289,33 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
         adaptive_vs_model_alone=vs_alone,
         adaptive_vs_model_alone_interval=vs_alone_interval,
         lookup_ceiling=_suite_ceiling(replies),
+        adaptive_after_first_token=after_speedup,
         after_first_token_best_fixed=after_best,
         adaptive_vs_best_fixed_after_first_token=after_ratio,
     )
 
 
-def _after_first_token_regret(cell: Cell, fixed: list[str]) -> tuple[str | None, float | None]:
-    """The best fixed γ over the suite by the rate after the first token
-    (``after_first_token``, summed over the prompts), and adaptive ÷ it;
-    (None, None) where those were not measured."""
+def _after_first_token_regret(
+    cell: Cell, fixed: list[str]
+) -> tuple[float | None, str | None, float | None]:
+    """Over the suite, by the rate after the first token (``after_first_token``,
+    summed over the prompts): adaptive ÷ target-only, the best fixed γ, and
+    adaptive ÷ it; None for each not measured."""
 
     def rate(mode: str) -> float:
         waits = cell.prompt_waits.get(mode, [])
         seconds = sum(s for _, s in waits)
         return sum(n for n, _ in waits) / seconds if seconds > 0 else 0.0
 
+    adaptive, plain = rate("adaptive"), rate(TARGET_ONLY)
+    if adaptive <= 0:
+        return None, None, None
+    speedup = adaptive / plain if plain > 0 else None
     measured = [m for m in fixed if rate(m) > 0]
-    if not measured or rate("adaptive") <= 0:
-        return None, None
+    if not measured:
+        return speedup, None, None
     best = max(measured, key=rate)
-    return best, rate("adaptive") / rate(best)
+    return speedup, best, adaptive / rate(best)
 
 
 def _vs_model_alone(cell: Cell, modes: dict[str, Any]) -> tuple[float | None, list[float] | None]:

@@ -57,15 +57,20 @@ def per_prompt_lines(report: dict[str, Any]) -> list[str]:
                 + _of_ceiling(alone, figures.get("lookup_ceiling"))
             )
         after = figures.get("adaptive_vs_best_fixed_after_first_token")
-        if after is not None:
+        speedup = figures.get("adaptive_after_first_token")
+        if speedup is not None:
             lines.append(
                 f"{name}: after the first token, a draft model's reading of the prompt "
-                f"counted: adaptive ÷ {figures['after_first_token_best_fixed']} over the "
-                f"suite {after:.2f}"
+                f"counted, over the suite: adaptive {speedup:.2f}x target-only"
+                + (
+                    f", {after:.2f} of {figures['after_first_token_best_fixed']}"
+                    if after is not None
+                    else ""
+                )
             )
         lines.append(
             f"{name}, prompt by prompt: adaptive, the best fixed γ for the prompt, adaptive ÷ it"
-            + (" (and as judged after the first token)" if after is not None else "")
+            + (" (and as judged after the first token)" if speedup is not None else "")
             + (", adaptive ÷ the draft model alone (÷ its ceiling)" if alone else "")
         )
         for row in rows:
