@@ -238,12 +238,7 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
     longest = _longest_chain(list(cell.totals))
     probe = cell.totals.get(longest) if longest else None
     alpha = probe.stats.acceptance_by_position if probe else ()
-    efficiency, round_ms = {}, {}
-    for gamma, times in sorted(cell.rounds.items()):
-        parts = gamma * costs.t_draft + costs.verify_cost(gamma + 1)
-        if times.n:
-            efficiency[str(gamma)] = parts / times.mean_s
-            round_ms[str(gamma)] = {"round": times.mean_s * 1000, "parts": parts * 1000}
+    efficiency, round_ms = _round_efficiency(cell, costs)
     gamma_bound = parse_fixed(longest)[0] if longest else 1
     base_ttft = base.get("ttft_ms", 0.0)
     rates = cell.prompt_rates
@@ -293,6 +288,20 @@ def cell_figures(cell: Cell, calibrated: CostModel) -> SuiteFigures:
         after_first_token_best_fixed=after_best,
         adaptive_vs_best_fixed_after_first_token=after_ratio,
     )
+
+
+def _round_efficiency(
+    cell: Cell, costs: CostModel
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """By γ: the parts' times (γ draft steps and a verification, timed alone)
+    ÷ a full fixed-γ round's, and both in ms."""
+    efficiency, round_ms = {}, {}
+    for gamma, times in sorted(cell.rounds.items()):
+        parts = gamma * costs.t_draft + costs.verify_cost(gamma + 1)
+        if times.n:
+            efficiency[str(gamma)] = parts / times.mean_s
+            round_ms[str(gamma)] = {"round": times.mean_s * 1000, "parts": parts * 1000}
+    return efficiency, round_ms
 
 
 def _after_first_token_regret(
