@@ -310,21 +310,19 @@ def _after_first_token_regret(
     """Over the suite, by the rate after the first token (``after_first_token``,
     summed over the prompts): adaptive ÷ target-only, the best fixed γ, and
     adaptive ÷ it; None for each not measured."""
-
-    def rate(mode: str) -> float:
-        waits = cell.prompt_waits.get(mode, [])
+    rates = {}
+    for mode, waits in cell.prompt_waits.items():
         seconds = sum(s for _, s in waits)
-        return sum(n for n, _ in waits) / seconds if seconds > 0 else 0.0
-
-    adaptive, plain = rate("adaptive"), rate(TARGET_ONLY)
+        rates[mode] = sum(n for n, _ in waits) / seconds if seconds > 0 else 0.0
+    adaptive, plain = rates.get("adaptive", 0.0), rates.get(TARGET_ONLY, 0.0)
     if adaptive <= 0:
         return None, None, None
     speedup = adaptive / plain if plain > 0 else None
-    measured = [m for m in fixed if rate(m) > 0]
+    measured = [m for m in fixed if rates.get(m, 0.0) > 0]
     if not measured:
         return speedup, None, None
-    best = max(measured, key=rate)
-    return speedup, best, adaptive / rate(best)
+    best = max(measured, key=rates.__getitem__)
+    return speedup, best, adaptive / rates[best]
 
 
 def _vs_model_alone(cell: Cell, modes: dict[str, Any]) -> tuple[float | None, list[float] | None]:
