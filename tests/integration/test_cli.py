@@ -428,6 +428,72 @@ def test_bench_regimes(tmp_path: Path, q4_1_first8: Path) -> None:
     assert "[2/2]" in proc.stderr  # progress on stderr while it runs
 
 
+def test_bench_regimes_playback_records_once_and_plays_again_without_a_model(
+    tmp_path: Path, q4_1_first8: Path
+) -> None:
+    """``--playback`` records each prompt's greedy reply with the draft's guesses
+    along it and plays every policy on it at the measured costs; the recording
+    it keeps plays to the same figures again, loading no model; a damaged one
+    is refused with a message."""
+    out = tmp_path / "out"
+    env = {**os.environ, "GAMBIT_HOME": str(tmp_path / "home")}
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        "\n".join(
+            json.dumps({"prompt": p, "suite": suite})
+            for suite, p in [
+                ("chat", "Name three colours."),
+                ("code", "Write a Python function that adds two numbers."),
+            ]
+        ),
+        encoding="utf-8",
+    )
+    args = ["bench", "--regimes", "--playback", "--target", q4_1_first8, "--targets", "Q8_0x2",
+            "--drafters", "draft", "--prompts", prompts, "--per-suite", "1", "--max-tokens", "24",
+            "--threads", "2", "--out", out, "--json"]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "gambit", *map(str, args)],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    [pair] = report["pairs"]
+    assert (pair["target"], pair["drafter"]) == ("Q8_0x2", "draft")
+    assert pair["prompts"] == ["chat #1", "code #1"]
+    recorded = pair["recording"]["replies"]
+    # The draft is the target's own network: it guesses most of the reply.
+    assert all(len(r["runs"]) == len(r["confidence"]) > 1 for r in recorded)
+    assert sum(r["runs"][0] for r in recorded) > 0
+    for key in ("rate", "after_first"):
+        suite = pair[key]["suite"]
+        assert suite["target-only"] == pytest.approx(1.0)
+        assert set(suite) == {"adaptive", "cold", "fixed=4", "fixed=8", "fixed=16", "target-only"}
+        assert all(x > 0 for x in pair[key]["adaptive_vs_judge"])
+    saved = out / "playback.json"
+    again = subprocess.run(
+        [sys.executable, "-m", "gambit", "bench", "--playback-from", str(saved), "--json"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    [replayed] = json.loads(again.stdout)["pairs"]
+    assert replayed["rate"] == pair["rate"] and replayed["after_first"] == pair["after_first"]
+    text = subprocess.run(
+        [sys.executable, "-m", "gambit", "bench", "--playback-from", str(saved),
+         "--batch-scale", "1.6"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert text.returncode == 0, text.stderr
+    assert "batches ×1.6, played on 2 recorded replies" in text.stdout
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(saved.read_text(encoding="utf-8")[:200], encoding="utf-8")
+    bad = subprocess.run(
+        [sys.executable, "-m", "gambit", "bench", "--playback-from", str(damaged)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert bad.returncode != 0
+    assert "cannot play" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_bench_regimes_with_pairs_of_two_networks(
     tmp_path: Path, q4_1_first8: Path, gemma_q4_k_m: Path
 ) -> None:

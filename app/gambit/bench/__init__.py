@@ -6,7 +6,9 @@ these names from here, never a module inside.
 - ``runner``: ``gambit-cli bench`` on a prompts file, every mode side by side;
 - ``regimes``: ``--regimes``, toy and cost-scaled targets derived from one
   model (``targets``), the cost-model bound (``costs``), round parts timed
-  mid-reply (``parts``) and the tables (``regimes_report``);
+  mid-reply (``parts``) and the tables (``regimes_report``); with
+  ``--playback``, the policies played on recorded replies, no clock
+  (``playback``; ``--playback-from`` plays a recording again);
 - ``measure``, ``measure_history``, ``measure_report``: Measure on my chats,
   replaying the user's own turns, and its recommendation;
 - ``served``: ``--through-server``, the local server's cost per token;
@@ -33,6 +35,7 @@ from gambit.bench.measure_history import (
     run_history_cli,
 )
 from gambit.bench.measure_report import PAYS_FROM, report_csv
+from gambit.bench.playback import run_playback_cli
 from gambit.bench.regimes import DEFAULT_TARGETS as REGIME_TARGETS
 from gambit.bench.regimes import DRAFTERS as REGIME_DRAFTERS
 from gambit.bench.regimes import run_regimes_cli
@@ -68,6 +71,7 @@ __all__ = [
     "run_bench",
     "run_history_cli",
     "run_load_cli",
+    "run_playback_cli",
     "run_regimes_cli",
     "run_reuse_cli",
     "run_served_bench",

@@ -8,7 +8,7 @@ ceiling that arithmetic sets on each reply, so the measured ratio is read
 against what the reply allowed, not against a guess.
 
 For one greedy reply it finds, per position, how many tokens in a row the
-draft model drafts right (``model_runs``: its greedy choice, teacher-forced
+draft model drafts right (``model_guesses``: its greedy choice, teacher-forced
 on the reply, equals the reply token) and how many lookup's copy gets right
 (``copy_runs``: the copy ``PromptLookupDrafter`` drafts there). A schedule
 with perfect foresight then picks each round's drafter and γ to reach the
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gambit.engine.drafters.base import top_probability
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.estimates import CostModel
 from gambit.engine.machine.runtime import ModelRuntime
@@ -57,18 +58,23 @@ def runs_of(hits: Sequence[bool]) -> tuple[int, ...]:
     return tuple(runs[:-1])
 
 
-def model_hits(draft: ModelRuntime, prompt: list[int], reply: list[int]) -> list[bool]:
+def model_guesses(
+    draft: ModelRuntime, prompt: list[int], reply: list[int]
+) -> tuple[list[bool], list[float]]:
     """Whether the draft model's greedy choice, given the prompt and the reply
-    so far, is each reply token (leaves ``draft`` holding prompt + reply)."""
+    so far, is each reply token, and how sure it was there (its distribution's
+    top probability, as a draft's ``ConfidenceCut`` reads it); leaves
+    ``draft`` holding prompt + reply."""
     if not reply:
-        return []
+        return [], []
     draft.sync(prompt)
-    predicted = [int(np.argmax(draft.logits(-1)))]
+    rows = [np.array(draft.logits(-1))]  # (copies: the next decode overwrites them)
     for start in range(0, len(reply), draft.n_batch):
         chunk = reply[start : start + draft.n_batch]
-        rows = draft.decode(chunk, all_logits=True)
-        predicted.extend(int(t) for t in np.argmax(draft.logits_rows(rows), axis=1))
-    return [predicted[i] == tok for i, tok in enumerate(reply)]
+        n = draft.decode(chunk, all_logits=True)
+        rows.extend(np.array(draft.logits_rows(n)))
+    hits = [int(np.argmax(rows[i])) == tok for i, tok in enumerate(reply)]
+    return hits, [top_probability(rows[i]) for i in range(len(reply))]
 
 
 def copy_runs(prompt: list[int], reply: list[int], gamma_max: int) -> tuple[int, ...]:
@@ -89,7 +95,8 @@ def copy_runs(prompt: list[int], reply: list[int], gamma_max: int) -> tuple[int,
 def reply_runs(
     draft: ModelRuntime, prompt: list[int], reply: list[int], gamma_max: int
 ) -> ReplyRuns:
-    return ReplyRuns(runs_of(model_hits(draft, prompt, reply)), copy_runs(prompt, reply, gamma_max))
+    hits, _ = model_guesses(draft, prompt, reply)
+    return ReplyRuns(runs_of(hits), copy_runs(prompt, reply, gamma_max))
 
 
 def foresight_seconds(

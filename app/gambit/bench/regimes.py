@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from gambit.bench import playback
 from gambit.bench.costs import CALIBRATION_CONTEXT, cost_summary, regime_of
 from gambit.bench.foresight import ReplyRuns, reply_runs
 from gambit.bench.parts import PartTimes, time_parts
@@ -142,6 +143,8 @@ class RegimeArgs:
     fixed: tuple[int, ...] | None = None  # fixed γs to compare (None: by the target's kind)
     fresh: bool = False  # each prompt's adaptive run anew, as a new process's first reply
     cold: bool = False  # adaptive from nothing learned of the pair (Engine.kept_learning)
+    playback: bool = False  # the policies played on recorded replies (gambit.bench.playback)
+    batch_scale: float = 1.0  # in playback: a batch's cost beyond one token, times this
 
 
 def draft_model_file(args: RegimeArgs, log: Log) -> Path:
@@ -212,19 +215,8 @@ def run_pair(
 ) -> tuple[dict[str, Cell], CostModel, PairFacts]:
     """Every prompt under every mode for one target and drafter."""
     modes = pair_modes(target_spec, drafter, args.fixed)
-    engine = Engine(
-        EngineConfig(
-            target=target,
-            drafter=drafter,
-            draft=_draft_file(target, drafter, args, log),
-            target_options=args.options,
-            gamma=4,
-            gamma_max=GAMMA_MAX,
-            tree=any(parse_fixed(m)[1] for m in modes if m.startswith("fixed=")),
-            tree_nodes=TREE_NODES,
-            kernel_cache=args.kernel_cache,
-        )
-    )
+    tree = any(parse_fixed(m)[1] for m in modes if m.startswith("fixed="))
+    engine = _pair_engine(args, target, drafter, log, tree=tree)
     if not engine.tree:  # (a draft through text drafts chains only)
         modes = [m for m in modes if not m.startswith("fixed=") or parse_fixed(m)[1] == 0]
     cells: dict[str, Cell] = defaultdict(Cell)
@@ -274,6 +266,47 @@ def run_pair(
     finally:
         engine.close()
     return cells, costs, facts
+
+
+def _pair_engine(
+    args: RegimeArgs, target: Path, drafter: DrafterKind, log: Log, *, tree: bool
+) -> Engine:
+    return Engine(
+        EngineConfig(
+            target=target,
+            drafter=drafter,
+            draft=_draft_file(target, drafter, args, log),
+            target_options=args.options,
+            gamma=4,
+            gamma_max=GAMMA_MAX,
+            tree=tree,
+            tree_nodes=TREE_NODES,
+            kernel_cache=args.kernel_cache,
+        )
+    )
+
+
+def play_pair(
+    args: RegimeArgs, target_spec: TargetSpec, target: Path, drafter: DrafterKind, log: Log
+) -> dict[str, Any]:
+    """The prompts' greedy replies recorded once, and every policy played on
+    them at the pair's measured costs (``gambit.bench.playback``)."""
+    engine = _pair_engine(args, target, drafter, log, tree=False)
+    try:
+        # (its costs: what the pair's rounds measured before where kept, else
+        # the load's calibration, as the app's controllers start from)
+        warm = GenerationConfig(max_tokens=8, sampling=SamplingParams(temperature=0.0))
+        run_once(engine, "Hello", warm, None, raw=args.raw)
+        draft = engine.config.draft
+        title = f"{target_spec.label()} + {drafter}" + (f" {draft.name}" if draft else "")
+        recording = playback.record(engine, args.prompts, args.max_tokens, title, raw=args.raw)
+    finally:
+        engine.close()
+    return {
+        "target": target_spec.name,
+        "drafter": drafter,
+        **playback.play_report(recording, args.batch_scale),
+    }
 
 
 def _run_mode(
@@ -384,6 +417,12 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
     for target_spec, target in targets.items():
         for drafter in args.drafters:
             name = target_spec.name
+            if args.playback:
+                try:
+                    report["pairs"].append(play_pair(args, target_spec, target, drafter, log))
+                except (GambitError, ValueError, OSError) as exc:
+                    log(f"{name} + {drafter}: not played ({exc})")
+                continue
             try:
                 cells, costs, facts = run_pair(args, target_spec, target, drafter, log)
             except (GambitError, ValueError, OSError) as exc:
@@ -410,6 +449,14 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
                 }
             )
     return report
+
+
+def playback_text(report: dict[str, Any]) -> str:
+    """The played pairs' lines (``bench --regimes --playback``)."""
+    lines = [line for pair in report["pairs"] for line in pair["lines"]]
+    return (
+        "\n".join(lines) or "nothing played: playback needs a draft model of the target's tokenizer"
+    )
 
 
 def pick_prompts(path: Path, per_suite: int) -> list[BenchPrompt]:
@@ -451,8 +498,16 @@ def run_regimes_cli(
         fixed=args.fixed,
         fresh=args.fresh,
         cold=args.cold,
+        playback=args.playback,
+        batch_scale=args.batch_scale,
     )
     report = run_regimes(regime_args, log)
+    if args.playback:
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "playback.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+        print(json.dumps(report, indent=1) if args.json else playback_text(report))
+        return 0
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "regimes.json").write_text(json.dumps(report, indent=1), encoding="utf-8")

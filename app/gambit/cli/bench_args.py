@@ -65,9 +65,49 @@ def add_regimes_args(bench: argparse.ArgumentParser) -> None:
         help="a weaker draft of the same tokenizer: the draft (--draft, default the model "
         "itself) with these blocks left out (e.g. 15, a middle block of SmolLM2's 30)",
     )
+    _add_playback_args(regimes)
     regimes.add_argument(
-        "--out", type=Path, help="also write regimes.json, regimes.md and regimes.png here"
+        "--out",
+        type=Path,
+        help="also write regimes.json, regimes.md and regimes.png here (playback.json)",
     )
+
+
+def _add_playback_args(regimes: argparse._ArgumentGroup) -> None:
+    """``--playback``: the policies played on recorded replies (gambit.bench.playback)."""
+    regimes.add_argument(
+        "--playback",
+        action="store_true",
+        help="record each prompt's greedy reply once and play the policies on it with the "
+        "measured costs, no clock: figures that repeat exactly, to compare two versions of "
+        "the policy (drafts of the target's tokenizer; docs/performance.md)",
+    )
+    regimes.add_argument(
+        "--playback-from",
+        type=Path,
+        metavar="FILE",
+        help="play the recordings a --playback run kept (its --out folder's playback.json) "
+        "again, loading no model",
+    )
+    regimes.add_argument(
+        "--batch-scale",
+        type=_positive,
+        default=1.0,
+        metavar="X",
+        help="with --playback: what a batch costs beyond one token, times X (another CPU "
+        "kind's costs: t(5)/t(1) is 1.5 on an AVX-512 Xeon, 1.7-2.0 on an AVX2 EPYC)",
+    )
+
+
+def _positive(text: str) -> float:
+    """ "1.6" -> 1.6 (argparse type: a finite number above 0)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number above 0 such as 1.6, not {text!r}")
+    return value
 
 
 def _block_list(text: str) -> tuple[int, ...]:

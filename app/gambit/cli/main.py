@@ -16,6 +16,7 @@ from gambit.bench import (
     run_bench,
     run_history_cli,
     run_load_cli,
+    run_playback_cli,
     run_regimes_cli,
     run_reuse_cli,
     run_served_bench,
@@ -395,6 +396,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
+    if args.playback_from:
+        return run_playback_cli(args)
     if args.regimes:
         if args.rpc:
             raise GambitError("--regimes runs on this machine only: leave out --rpc")
