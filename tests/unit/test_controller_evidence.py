@@ -98,6 +98,7 @@ def switched_off(ctrl: GammaController) -> None:
 def test_a_draft_switched_off_early_is_probed_again_within_the_reply() -> None:
     ctrl = new_controller()
     switched_off(ctrl)
+    assert not ctrl.learning.prompt_unread  # (it read the prompt: probed mid-reply)
     tokens = 0
     while ctrl.decide_gamma() == 0:
         ctrl.observe(played(0, 0))

@@ -63,18 +63,6 @@ def test_the_prompt_is_read_for_a_probe_once_the_budget_covers_the_reading() -> 
     assert len(starts) < 8
 
 
-def test_a_draft_that_read_the_prompt_is_still_probed_within_the_reply() -> None:
-    ctrl = new_controller()  # (it read the prompt)
-    switched_off(ctrl)
-    assert not ctrl.learning.skipped_prompt
-    tokens = 0
-    while ctrl.decide_gamma() == 0:
-        ctrl.observe(played(0, 0))
-        tokens += 1
-        assert tokens <= 64, "no probe within 64 tokens of being switched off"
-    assert ctrl.decision.probing
-
-
 def test_within_one_long_reply_a_draft_that_skipped_the_prompt_is_probed_by_probe_max() -> None:
     ctrl = new_controller()
     switched_off(ctrl)

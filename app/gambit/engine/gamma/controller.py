@@ -403,7 +403,7 @@ class GammaController:
         rate, replayed) and only moved it out of the prompt processing. Not
         past PROBE_MAX tokens since its last probe: within one long reply too,
         it is probed again within a bounded number of tokens."""
-        if option.kind is SourceKind.FREE or not self.learning.skipped_prompt:
+        if option.kind is SourceKind.FREE or not self.learning.prompt_unread:
             return False
         return self._since_probe.get(option, self.PROBE_MAX) < self.PROBE_MAX
 

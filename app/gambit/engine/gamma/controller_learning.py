@@ -45,9 +45,6 @@ class RoundLearning:
         self.side_gain = self.SIDE_GAIN_PRIOR  # running mean, per side node sent
         self.reply_length = 0.0  # running mean of replies' lengths (0: none ended yet)
         self.behind = 0  # committed tokens the draft model has not read yet
-        # Whether the draft model skipped the current reply's prompt and has
-        # not caught up since (``start_reply``, ``observe_reading``).
-        self.skipped_prompt = False
         self._acceptance: dict[Option, AcceptanceModel] = {}  # per drafter option
         self._landing: dict[Option, ConfidenceCalibration] = {}  # per drafter option
         self._costs_at: dict[int, CostModel] = {}  # per thread count, but the current one
@@ -130,16 +127,20 @@ class RoundLearning:
         expected = self.reply_length or float(self.REPLY_PRIOR)
         return min(expected, float(horizon)) if horizon > 0 else expected
 
+    @property
+    def prompt_unread(self) -> bool:
+        """Whether the draft model has not read the current reply's prompt:
+        it is behind by more than the reply's own tokens."""
+        return self.behind > self._reply_tokens
+
     def start_reply(self, n_context: int) -> None:
         """A reply starts on ``n_context`` prompt tokens the draft model has not read."""
         self.behind = n_context
-        self.skipped_prompt = n_context > 0
         self._reply_tokens = 0
 
     def observe_reading(self, n_read: int, seconds: float) -> None:
         """The draft model read the ``n_read`` tokens it was behind in ``seconds``."""
         self.behind = 0
-        self.skipped_prompt = False
         if n_read > 2 and seconds > 0:
             self.costs.observe_catch_up(n_read, seconds)
 
@@ -150,7 +151,6 @@ class RoundLearning:
         # (a free source's round leaves the draft model behind as a plain one does)
         drafted_by_model = rnd.n_drafted and option.kind is not SourceKind.FREE
         self.behind = 0 if drafted_by_model else self.behind + len(rnd.tokens)
-        self.skipped_prompt = self.skipped_prompt and not drafted_by_model
         if rnd.n_drafted:
             if option.kind is SourceKind.READ:
                 # A checked copy: a batch and the steps after a stray, priced
