@@ -356,6 +356,17 @@ def test_models_inspect_default(tmp_path: Path, smol_q4_1: Path) -> None:
     assert Path(info["path"]) == models / DEFAULT_MODEL_FILE
 
 
+def two_short_prompts(tmp_path: Path) -> Path:
+    """A chat and a code prompt, short: the bench's work, not prompt reading, is under test."""
+    prompts = tmp_path / "prompts.jsonl"
+    lines = [
+        {"prompt": "Name three colours.", "suite": "chat"},
+        {"prompt": "Write a Python function that adds two numbers.", "suite": "code"},
+    ]
+    prompts.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    return prompts
+
+
 def test_bench_regimes(tmp_path: Path, q4_1_first8: Path) -> None:
     """The regime bench on a cost-scaled target (Q8_0 with twice its blocks,
     the added ones with zero outputs; from the short Q4_1 of conftest, SmolLM2's
@@ -364,17 +375,7 @@ def test_bench_regimes(tmp_path: Path, q4_1_first8: Path) -> None:
     between tokens as they arrive and as the paced chat view shows them."""
     out = tmp_path / "out"
     env = {**os.environ, "GAMBIT_HOME": str(tmp_path / "home")}
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(  # short prompts: the bench's work, not prompt reading, is under test
-        "\n".join(
-            json.dumps({"prompt": p, "suite": suite})
-            for suite, p in [
-                ("chat", "Name three colours."),
-                ("code", "Write a Python function that adds two numbers."),
-            ]
-        ),
-        encoding="utf-8",
-    )
+    prompts = two_short_prompts(tmp_path)
     args = ["bench", "--regimes", "--target", q4_1_first8, "--targets", "Q8_0x2",
             "--drafters", "draft", "--prompts", prompts, "--per-suite", "1", "--max-tokens", "10",
             "--threads", "2", "--out", out, "--json"]  # fmt: skip
@@ -437,17 +438,7 @@ def test_bench_regimes_playback_records_once_and_plays_again_without_a_model(
     is refused with a message."""
     out = tmp_path / "out"
     env = {**os.environ, "GAMBIT_HOME": str(tmp_path / "home")}
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(
-        "\n".join(
-            json.dumps({"prompt": p, "suite": suite})
-            for suite, p in [
-                ("chat", "Name three colours."),
-                ("code", "Write a Python function that adds two numbers."),
-            ]
-        ),
-        encoding="utf-8",
-    )
+    prompts = two_short_prompts(tmp_path)
     args = ["bench", "--regimes", "--playback", "--target", q4_1_first8, "--targets", "Q8_0x2",
             "--drafters", "draft", "--prompts", prompts, "--per-suite", "1", "--max-tokens", "24",
             "--threads", "2", "--out", out, "--json"]  # fmt: skip

@@ -105,9 +105,7 @@ class Recording:
             raise ValueError("not a playback recording (no replies, or no sound costs)")
         for r in replies:
             if len(r.runs) != len(r.confidence) or r.n_prompt < 0 or min(r.runs, default=0) < 0:
-                raise ValueError(
-                    f"not a playback recording ({r.label}: runs and confidence differ)"
-                )
+                raise ValueError(f"not a playback recording ({r.label}: counts out of range)")
         return recording
 
     def cost_model(self) -> CostModel | None:
