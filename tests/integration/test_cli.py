@@ -489,9 +489,9 @@ def test_bench_regimes_with_pairs_of_two_networks(
     tmp_path: Path, q4_1_first8: Path, gemma_q4_k_m: Path
 ) -> None:
     """Rows whose draft is another network: a model of another tokenizer
-    drafting through text (Gemma for SmolLM2, raw completion), and a weaker
-    draft of the same tokenizer (the draft without some of its blocks,
-    written into the bench's cache)."""
+    drafting through text (Gemma for SmolLM2, raw completion), timed and
+    played on its recorded reply, and a weaker draft of the same tokenizer
+    (the draft without some of its blocks, written into the bench's cache)."""
     env = {**os.environ, "GAMBIT_HOME": str(tmp_path / "home")}
     prompts = tmp_path / "raw.jsonl"
     prompts.write_text(
@@ -507,6 +507,7 @@ def test_bench_regimes_with_pairs_of_two_networks(
     runs = {
         "text": [*common, "--raw", "--draft", gemma_q4_k_m, "--fixed", "2", "--fresh"],
         "weaker": [*common, "--draft-without", "3", "--fixed", "none"],
+        "played": [*common, "--raw", "--draft", gemma_q4_k_m, "--playback"],
     }
     reports = {}
     for name, args in runs.items():
@@ -532,6 +533,13 @@ def test_bench_regimes_with_pairs_of_two_networks(
     assert (weaker["draft"], weaker["draft_how"]) == (derived, "tokens")
     assert (cache_dir() / "regimes" / derived).is_file()
     assert set(weaker["suites"]["ALL"]["modes"]) == {"target-only", "adaptive"}
+    # Played through text: the chain the draft wrote from each position, recorded.
+    (played,) = reports["played"]["pairs"]
+    (reply,) = played["recording"]["replies"]
+    assert len(reply["chains"]) == len(reply["runs"]) > 1 and reply["chains"][0] == []
+    assert all(len(c) <= 16 for c in reply["chains"])
+    assert all(r <= len(c) for r, c in zip(reply["runs"], reply["chains"], strict=True))
+    assert played["rate"]["suite"]["target-only"] == pytest.approx(1.0)
 
 
 def test_bench_regimes_compares_draft_and_lookup_with_the_draft_model_alone(

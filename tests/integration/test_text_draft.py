@@ -16,6 +16,7 @@ import random
 
 import numpy as np
 
+from gambit.bench.foresight import text_chains
 from gambit.engine.decoder import SpeculativeDecoder
 from gambit.engine.drafters.text_align import DraftContext, Drafted, Vocabulary, target_spans
 from gambit.engine.drafters.text_draft import GREEDY, TextDraftDrafter
@@ -274,3 +275,29 @@ def test_after_a_rejection_the_draft_proposes_as_a_fresh_one_would(
         fresh = TextDraftDrafter(target, rt_q4_1).draft(context[:cut], 8, GREEDY, rng)
         assert again.tokens == fresh.tokens == seen.tokens, cut
         assert again.n_synced <= 8  # the changed tail, not the whole context
+
+
+def test_the_chains_playback_records_are_what_fixed_gamma_rounds_land(
+    rt_q8_0: ModelRuntime, rt_gemma: ModelRuntime
+) -> None:
+    """``foresight.text_chains`` (what ``bench --playback`` records of a draft
+    through text) drafts the chain from every reply position; a fixed-γ reply
+    through the decoder lands, round by round, as many of its drafts as the
+    chain recorded at that round's position does."""
+    prompt = _chat_prompt(rt_q8_0, PROMPTS[0])
+    reference, _, _ = _reply(SpeculativeDecoder(rt_q8_0), prompt)
+    runs, chains = text_chains(TextDraftDrafter(rt_q8_0, rt_gemma), prompt, reference, 8)
+    assert len(runs) == len(chains) == len(reference)
+    assert runs[0] == 0 and chains[0] == ()
+    assert all(0 <= run <= len(chain) <= 8 for run, chain in zip(runs, chains, strict=True))
+    assert all(0.0 <= c <= 1.0 for chain in chains for c in chain)
+    assert sum(runs) > len(reference)  # (a list to repeat: most chains land several)
+    spec = SpeculativeDecoder(rt_q8_0, TextDraftDrafter(rt_q8_0, rt_gemma), FixedGamma(4))
+    position, compared, agreed = 0, 0, 0
+    for rnd in spec.generate(prompt, CONFIG):
+        if rnd.n_drafted and position > 0:
+            compared += 1
+            agreed += rnd.n_accepted == min(rnd.n_drafted, runs[position])
+        position += len(rnd.tokens)
+    assert position == len(reference)
+    assert compared >= 5 and agreed == compared

@@ -47,6 +47,14 @@ def guessed_all(n: int) -> RecordedReply:
     return reply([n - i for i in range(n)])
 
 
+def through_text(n: int, chain: int) -> RecordedReply:
+    """A reply a draft through text guesses from every position, its chain
+    there ``chain`` tokens long (its text ran out, or γ_max was reached)."""
+    chains: tuple[tuple[float, ...], ...] = ((), *((0.9,) * min(chain, n - i) for i in range(1, n)))
+    runs = tuple(len(c) for c in chains)
+    return RecordedReply("prose #1", 50, runs, tuple(c[0] if c else 0.0 for c in chains), chains)
+
+
 def recording(*replies: RecordedReply) -> Recording:
     return Recording("F32 ×4 + draft", "draft model", 16, pair_costs().to_json(), None, replies)
 
@@ -71,6 +79,17 @@ def test_a_draft_that_never_lands_costs_fixed_gamma_and_the_adaptive_policy_swit
     assert max(rates["fixed=4"]) < 0.7  # each round: four steps and a batch of 5 for one token
     assert min(rates["adaptive"][1:]) > 0.95  # off after its first reply's rounds
     assert set(by) == {"adaptive", "cold", "fixed=4", "fixed=8", "fixed=16", "target-only"}
+
+
+def test_a_chain_through_text_drafts_no_more_than_the_draft_wrote_there() -> None:
+    costs = pair_costs()
+    fixed = GammaController(pair_costs(), mode="fixed", fixed_gamma=8, gamma_max=16)
+    played = play(through_text(41, 3), fixed)  # 40 tokens after the first: 10 rounds of 3 + 1
+    per_round = 3 * STEP * T1 + EXTRA * T1 + costs.verify_cost(4)
+    assert played.decoding == pytest.approx(10 * per_round)
+    rec = recording(through_text(30, 5), guessed_all(20))
+    assert Recording.from_json(json.loads(json.dumps(rec.to_json()))) == rec
+    assert rec.replies[0].chain(4) == (0.9,) * 5 and rec.replies[1].chain(15) == (0.99,) * 5
 
 
 def test_batch_scale_stretches_what_a_batch_costs_beyond_one_token() -> None:
@@ -102,6 +121,8 @@ def test_a_recording_plays_the_same_every_time_and_after_a_round_trip_through_js
         lambda d: d.update(costs={"t1": "fast"}),
         lambda d: d.update(gamma_max=10**9),  # no costs cover that
         lambda d: d.update(title=None, option=None, replies=[None]),
+        lambda d: d["replies"][0].update(chains=[[0.5]]),  # one chain for 20 positions
+        lambda d: d["replies"][0].update(chains=[[]] * 20),  # runs longer than the chains
     ],
 )
 def test_a_damaged_recording_is_refused_with_a_message(damage) -> None:  # type: ignore[no-untyped-def]

@@ -7,6 +7,9 @@ steps; where it does not, there is nothing to gain. This module gives the
 ceiling that arithmetic sets on each reply, so the measured ratio is read
 against what the reply allowed, not against a guess.
 
+(``text_chains``, for ``gambit.bench.playback``: the same for a draft
+through text, from the chain it drafts at each position.)
+
 For one greedy reply it finds, per position, how many tokens in a row the
 draft model drafts right (``model_guesses``: its greedy choice, teacher-forced
 on the reply, equals the reply token) and how many lookup's copy gets right
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gambit.engine.drafters.base import top_probability
+from gambit.engine.drafters.base import Drafter, top_probability
 from gambit.engine.drafters.lookup import PromptLookupDrafter
 from gambit.engine.estimates import CostModel
 from gambit.engine.machine.runtime import ModelRuntime
@@ -75,6 +78,27 @@ def model_guesses(
         rows.extend(np.array(draft.logits_rows(n)))
     hits = [int(np.argmax(rows[i])) == tok for i, tok in enumerate(reply)]
     return hits, [top_probability(rows[i]) for i in range(len(reply))]
+
+
+def text_chains(
+    drafter: Drafter, prompt: list[int], reply: list[int], gamma_max: int
+) -> tuple[tuple[int, ...], tuple[tuple[float, ...], ...]]:
+    """From each reply position, how many tokens of the chain a draft through
+    text drafts there (``gamma_max`` of them, uncut) land in a row, and its
+    confidence in each of them. Position 0 is the prompt's own token: nothing
+    is drafted for it."""
+    rng = np.random.default_rng(0)  # (a greedy draft draws nothing)
+    runs: list[int] = [0]
+    chains: list[tuple[float, ...]] = [()]
+    for i in range(1, len(reply)):
+        draft = drafter.draft(prompt + reply[:i], gamma_max, _GREEDY, rng)
+        n = 0
+        while n < len(draft.tokens) and i + n < len(reply) and draft.tokens[n] == reply[i + n]:
+            n += 1
+        confidence = tuple(draft.confidence) or (1.0,) * len(draft.tokens)
+        runs.append(n)
+        chains.append(confidence[: len(draft.tokens)])
+    return tuple(runs), tuple(chains)
 
 
 def copy_runs(prompt: list[int], reply: list[int], gamma_max: int) -> tuple[int, ...]:

@@ -21,10 +21,18 @@ versions of the policy (another checkout on ``PYTHONPATH``) compare exactly.
 same replies on another CPU kind's costs (t(5)/t(1) is 1.5 on the Xeon and
 1.7-2.0 on an AVX2 EPYC: docs/performance.md).
 
-Not played: drafts through text (their tokens are not the reply's),
-sampling above temperature 0, and copies (prompt lookup). The figures are
-the policy's arithmetic on measured costs, not the machine's: the bench
-times the machine.
+A draft through text (a model of another tokenizer, ``TextDraftDrafter``)
+cannot be teacher-forced in the target's tokens: its chain from a position
+is drafted there for real, the whole γ_max of it, and recorded with its
+confidence in each of its tokens (``RecordedReply.chains``; its text is the
+draft's own greedy continuation, so it is the chain the policy would get).
+Its cut stops the chain at the first target token whose confidence (the
+product over the draft steps that wrote it) it refuses; the drafter cuts at
+the draft step, so at the same token or one later.
+
+Not played: sampling above temperature 0, and copies (prompt lookup). The
+figures are the policy's arithmetic on measured costs, not the machine's:
+the bench times the machine.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from gambit.bench.foresight import model_guesses, runs_of
+from gambit.bench.foresight import model_guesses, runs_of, text_chains
 from gambit.bench.runner import TARGET_ONLY, BenchPrompt, run_once
 from gambit.engine.drafters.base import Option
 from gambit.engine.estimates import SHORT_CATCH_UP, CostModel
@@ -64,6 +72,15 @@ class RecordedReply:
     n_prompt: int  # tokens the draft model reads before it can draft
     runs: tuple[int, ...]  # per reply position: the draft's right guesses in a row from there
     confidence: tuple[float, ...]  # per reply position: the draft's top probability there
+    # Per reply position, a draft through text: its confidence in each token
+    # of the chain it drafts from there. Empty for a draft of the target's
+    # tokenizer: its chain's tokens are the reply's while it guesses right.
+    chains: tuple[tuple[float, ...], ...] = ()
+
+    def chain(self, i: int) -> Sequence[float]:
+        """The draft's confidence in each token of its chain from position ``i``
+        (as far as the reply goes, or as its chain through text went)."""
+        return self.chains[i] if self.chains else self.confidence[i:]
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,7 @@ class Recording:
                     int(r["n_prompt"]),
                     tuple(int(x) for x in r["runs"]),
                     tuple(float(x) for x in r["confidence"]),
+                    tuple(tuple(float(x) for x in c) for c in r.get("chains", ())),
                 )
                 for r in d["replies"]
             )
@@ -104,7 +122,9 @@ class Recording:
         if recording.gamma_max < 1 or not replies or recording.cost_model() is None:
             raise ValueError("not a playback recording (no replies, or no sound costs)")
         for r in replies:
-            if len(r.runs) != len(r.confidence) or r.n_prompt < 0 or min(r.runs, default=0) < 0:
+            counts = len(r.runs) == len(r.confidence) and len(r.chains) in (0, len(r.runs))
+            beyond = any(run > len(c) for run, c in zip(r.runs, r.chains, strict=False))
+            if not counts or beyond or r.n_prompt < 0 or min(r.runs, default=0) < 0:
                 raise ValueError(f"not a playback recording ({r.label}: counts out of range)")
         return recording
 
@@ -129,11 +149,13 @@ def record(
     engine: Engine, prompts: Sequence[BenchPrompt], max_tokens: int, title: str, *, raw: bool
 ) -> Recording:
     """Each prompt's greedy reply, target-only, and the draft's guesses along
-    it, with the engine's costs, the draft model's reading of the prompts as
-    timed here standing for its catch-up."""
-    draft = engine.draft_runtime
-    if draft is None or engine.drafts_through_text:
-        raise ValueError("playback needs a draft model of the target's tokenizer")
+    it (``model_guesses``; through text, ``text_chains``), with the engine's
+    costs, the draft model's reading of the prompts as timed here standing
+    for its catch-up."""
+    draft, drafter = engine.draft_runtime, engine.drafter
+    if draft is None or drafter is None:
+        raise ValueError("playback needs a draft model")
+    through_text = engine.drafts_through_text
     config = GenerationConfig(max_tokens=max_tokens, sampling=SamplingParams(temperature=0.0))
     replies: list[RecordedReply] = []
     counts: dict[str, int] = {}
@@ -143,13 +165,21 @@ def record(
         context = engine.context
         prompt = context[: len(context) - len(reply)]
         t0 = time.perf_counter()
-        draft.sync(prompt)
+        if through_text:
+            drafter.prepare(prompt)  # (the prompt's text in the draft's tokens)
+        else:
+            draft.sync(prompt)
         read_s += time.perf_counter() - t0
         read_n += len(prompt)
-        hits, confidence = model_guesses(draft, prompt, reply)
         counts[bp.suite] = counts.get(bp.suite, 0) + 1
         label = f"{bp.suite} #{counts[bp.suite]}"
-        replies.append(RecordedReply(label, len(prompt), runs_of(hits), tuple(confidence)))
+        if through_text:
+            runs, chains = text_chains(drafter, prompt, reply, engine.config.gamma_max)
+            first = tuple(c[0] if c else 0.0 for c in chains)
+            replies.append(RecordedReply(label, len(prompt), runs, first, chains))
+        else:
+            hits, confidence = model_guesses(draft, prompt, reply)
+            replies.append(RecordedReply(label, len(prompt), runs_of(hits), tuple(confidence)))
     costs = engine.costs.copy()
     if read_n and costs.t1 > 0:
         costs.catch_up_ratio = read_s / read_n / costs.t1
@@ -190,8 +220,9 @@ def play(rec: RecordedReply, policy: GammaController) -> PlayedReply:
     while i < n:
         gamma = min(policy.decide_gamma(), n - i)
         cut = policy.decided_cut()
+        chain = rec.chain(i)
         drafted = 0
-        while drafted < gamma and (cut is None or cut.goes_on(rec.confidence[i + drafted])):
+        while drafted < min(gamma, len(chain)) and (cut is None or cut.goes_on(chain[drafted])):
             drafted += 1
         landed = min(drafted, rec.runs[i])
         rnd = _round(costs, policy.learning.behind, drafted, landed, rec, i)
@@ -224,7 +255,7 @@ def _round(
         n_accepted=landed, outcomes=outcomes, t_draft_s=t_draft, t_verify_s=t_verify,
         elapsed_s=0.0, stop=StopReason.MAX_TOKENS if i + k >= n else None,
         n_draft_synced=n_synced, t_draft_synced_s=t_synced,
-        confidence=rec.confidence[i : i + drafted],
+        confidence=tuple(rec.chain(i)[:drafted]),
     )  # fmt: skip
 
 

@@ -454,9 +454,7 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
 def playback_text(report: dict[str, Any]) -> str:
     """The played pairs' lines (``bench --regimes --playback``)."""
     lines = [line for pair in report["pairs"] for line in pair["lines"]]
-    return (
-        "\n".join(lines) or "nothing played: playback needs a draft model of the target's tokenizer"
-    )
+    return "\n".join(lines) or "nothing played: playback needs a draft model"
 
 
 def pick_prompts(path: Path, per_suite: int) -> list[BenchPrompt]:

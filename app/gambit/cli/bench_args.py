@@ -80,7 +80,7 @@ def _add_playback_args(regimes: argparse._ArgumentGroup) -> None:
         action="store_true",
         help="record each prompt's greedy reply once and play the policies on it with the "
         "measured costs, no clock: figures that repeat exactly, to compare two versions of "
-        "the policy (drafts of the target's tokenizer; docs/performance.md)",
+        "the policy (draft models, through text too; greedy; docs/performance.md)",
     )
     regimes.add_argument(
         "--playback-from",
