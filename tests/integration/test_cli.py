@@ -460,6 +460,7 @@ def test_bench_regimes_playback_records_once_and_plays_again_without_a_model(
         assert suite["target-only"] == pytest.approx(1.0)
         assert set(suite) == {"adaptive", "cold", "fixed=4", "fixed=8", "fixed=16", "target-only"}
         assert all(x > 0 for x in pair[key]["adaptive_vs_judge"])
+        assert pair[key]["orders"]["sessions"] == 2 * 2  # (two orders of two prompts)
     saved = out / "playback.json"
     again = subprocess.run(
         [sys.executable, "-m", "gambit", "bench", "--playback-from", str(saved), "--json"],

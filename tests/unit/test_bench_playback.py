@@ -9,11 +9,13 @@ import json
 import pytest
 
 from gambit.bench.playback import (
+    SESSIONS,
     PlayedReply,
     RecordedReply,
     Recording,
     figures,
     play,
+    play_orders,
     play_policies,
     play_report,
     scaled,
@@ -90,6 +92,25 @@ def test_a_chain_through_text_drafts_no_more_than_the_draft_wrote_there() -> Non
     rec = recording(through_text(30, 5), guessed_all(20))
     assert Recording.from_json(json.loads(json.dumps(rec.to_json()))) == rec
     assert rec.replies[0].chain(4) == (0.9,) * 5 and rec.replies[1].chain(15) == (0.99,) * 5
+
+
+def test_every_order_of_the_prompts_is_played_in_sessions_the_first_as_recorded() -> None:
+    never = reply([0] * 50, label="chat #1")
+    rec = recording(guessed_all(60), reply([i % 5 for i in range(80)], label="code #1"), never)
+    orders = play_orders(rec)
+    assert len(orders) == 3 * SESSIONS and all(len(session) == 3 for session in orders)
+    # The first session of the first order is the recorded one, from the same memory.
+    assert orders[0] == play_policies(rec)["adaptive"]
+    # Which reply comes first, and what the session before learned, change the rounds.
+    assert len({tuple(session) for session in orders}) > 1
+    report = play_report(rec)
+    for key in ("rate", "after_first"):
+        o = report[key]["orders"]
+        assert o["sessions"] == 3 * SESSIONS
+        assert o["range"][0] <= o["adaptive_vs_best_fixed"] <= o["range"][1]
+        assert 0 < o["lowest_prompt_min"] <= o["lowest_prompt_mean"]
+    said = f"every order of the prompts, {SESSIONS} sessions each"
+    assert sum(said in line for line in report["lines"]) == 2
 
 
 def test_batch_scale_stretches_what_a_batch_costs_beyond_one_token() -> None:
