@@ -553,9 +553,12 @@ def test_bench_regimes_compares_draft_and_lookup_with_the_draft_model_alone(
     prompts = tmp_path / "raw.jsonl"
     verse = "one two three four five six seven eight nine ten\n"
     prompts.write_text(json.dumps({"prompt": verse * 3, "suite": "copy"}) + "\n", encoding="utf-8")
+    # --cold: from nothing learned of the pair. The test cache (GAMBIT_CACHE)
+    # keeps what earlier runs learned, and a memory that this short pair does
+    # not pay left the model alone drafting nothing.
     args = ["bench", "--regimes", "--target", q4_1_first8, "--targets", "Q8_0x2", "--raw",
             "--drafters", "draft+lookup", "--prompts", prompts, "--max-tokens", "24",
-            "--threads", "2", "--fixed", "none", "--json"]  # fmt: skip
+            "--threads", "2", "--fixed", "none", "--cold", "--json"]  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-m", "gambit", *map(str, args)],
         capture_output=True, text=True, env=env, timeout=900, check=False,
