@@ -304,9 +304,8 @@ def play_orders(recording: Recording, batch_scale: float = 1.0) -> list[list[Pla
         kept = recording.kept
         for _ in range(SESSIONS):
             policy = _controller(recording, batch_scale, "adaptive", kept=kept)
-            played: dict[int, PlayedReply] = {}
-            for i in [(start + k) % n for k in range(n)]:
-                played[i] = play(recording.replies[i], policy)
+            order = [(start + k) % n for k in range(n)]
+            played = {i: play(recording.replies[i], policy) for i in order}
             kept = json.loads(json.dumps(policy.learning.kept()))
             sessions.append([played[i] for i in range(n)])
     return sessions
