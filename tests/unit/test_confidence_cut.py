@@ -8,6 +8,8 @@ policy's cut follows, and that a fixed γ drafts what it says.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from test_controller_evidence import DRAFT, GAMMA_MAX, MODEL, SLOPE, T1, new_controller
 
@@ -28,15 +30,18 @@ def drafted(cut: ConfidenceCut, confidence: list[float]) -> int:
     return n
 
 
-def test_the_cut_drafts_the_first_token_and_the_one_that_crosses_the_floor() -> None:
+def test_the_cut_drafts_the_first_token_and_stops_at_the_one_below_the_floor() -> None:
     def as_is(sure: float) -> float:
         return sure
 
     # The first token is the policy's to judge: drafted however unsure.
     assert drafted(ConfidenceCut(0.5, as_is), [0.01, 0.9, 0.9, 0.9]) == 4  # 0.9 ** 3 > 0.5
-    # After it, 0.9 * 0.6 = 0.54, then 0.54 * 0.8 = 0.43 < 0.5: that token is
-    # still drafted (through text, the lookahead), the next is not.
-    assert drafted(ConfidenceCut(0.5, as_is), [0.3, 0.9, 0.6, 0.8, 0.99, 0.99]) == 4
+    # After it, 0.9 * 0.6 = 0.54, then 0.54 * 0.8 = 0.43 < 0.5: that token's
+    # chance of landing with the rest is below what it costs; not drafted.
+    assert drafted(ConfidenceCut(0.5, as_is), [0.3, 0.9, 0.6, 0.8, 0.99, 0.99]) == 3
+    # Once stopped, a surer token after it does not start the draft again.
+    cut = ConfidenceCut(0.5, as_is)
+    assert [cut.goes_on(s) for s in (0.3, 0.4, 0.99)] == [True, False, False]
     # A floor of 0 never cuts; nor does a floor above what the tokens say they
     # land, once the landing says they all land.
     assert drafted(ConfidenceCut(0.0, as_is), [0.1] * 16) == 16
@@ -67,8 +72,11 @@ def test_the_adaptive_policy_cuts_at_what_a_token_costs_and_a_fixed_one_never() 
     assert gamma >= 2
     cut = ctrl.decided_cut()
     assert cut is not None
-    # One more token: a draft step and its share of the larger batch, in target steps.
-    assert cut.floor == pytest.approx(DRAFT + SLOPE, rel=1e-6)
+    # One more token: a draft step and its share of the larger batch, in
+    # target steps, weighed by the rate the round is expected to make.
+    expected = ctrl.decision.expected_speedup
+    assert expected > 1.2
+    assert cut.floor == pytest.approx((DRAFT + SLOPE) * math.sqrt(expected), rel=1e-6)
     # Each round gets its own (a cut keeps the chance so far).
     assert ctrl.decided_cut() is not cut
     assert FixedGamma(8).decided_cut() is None
@@ -78,6 +86,26 @@ def test_the_adaptive_policy_cuts_at_what_a_token_costs_and_a_fixed_one_never() 
     # A copy has no confidence; a chain of one has nothing after its first token.
     ctrl.decide_gamma(Option("prompt lookup", 4, SourceKind.FREE))
     assert ctrl.decided_cut() is None
+
+
+def test_where_drafting_pays_well_a_token_must_beat_the_round_s_rate() -> None:
+    """A token that lands 0.9 of the time with all before it pays against
+    plain decoding (its cost is 0.18 of a step) but not against a round that
+    makes twice plain decoding's rate: such a chain is cut shorter than γ."""
+    ctrl = new_controller()
+    for _ in range(6):  # (every draft landed: the policy expects drafting to pay well)
+        g = ctrl.decide_gamma(MODEL)
+        ctrl.observe(landed(g))
+    assert ctrl.decide_gamma(MODEL) == GAMMA_MAX
+    assert ctrl.decision.expected_speedup > 2.0
+    cut = ctrl.decided_cut()
+    assert cut is not None
+    chance = ctrl.learning.landing(MODEL).landing(0.99)
+    n = drafted(cut, [0.99] * GAMMA_MAX)
+    # The tokens drafted were worth it at the rate the round makes ...
+    assert chance ** (n - 1) >= (DRAFT + SLOPE) * math.sqrt(2.0)
+    # ... and the first one not drafted would have been worth it against plain decoding.
+    assert n < GAMMA_MAX and chance**n > DRAFT + SLOPE
 
 
 def test_where_a_batch_costs_about_one_token_the_cut_goes_deeper() -> None:

@@ -28,7 +28,8 @@ confidence in each of its tokens (``RecordedReply.chains``; its text is the
 draft's own greedy continuation, so it is the chain the policy would get).
 Its cut stops the chain at the first target token whose confidence (the
 product over the draft steps that wrote it) it refuses; the drafter cuts at
-the draft step, so at the same token or one later.
+the draft step, writes that step as its lookahead and proposes the tokens
+before it, so as a rule at the same token.
 
 Not played: sampling above temperature 0, and copies (prompt lookup). The
 figures are the policy's arithmetic on measured costs, not the machine's:

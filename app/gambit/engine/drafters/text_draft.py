@@ -213,16 +213,21 @@ def _confident(
     pick: HealingPick, cut: ConfidenceCut | None, sure: list[float]
 ) -> Callable[[np.ndarray], int | None]:
     """``pick``, noting the draft's confidence at each step into ``sure`` and
-    stopping where ``cut`` says. The steps that write held-back text again
-    are not its guesses: they do not count (1.0)."""
+    stopping where ``cut`` says, after one step more: the lookahead that
+    settles where the text before it ends (the tokens it starts are not
+    proposed). The steps that write held-back text again are not its
+    guesses: they do not count (1.0)."""
+    stop = False
 
     def picked(row: np.ndarray) -> int | None:
+        nonlocal stop
         if pick.healing:
             sure.append(1.0)
             return pick(row)
-        confidence = top_probability(row)
-        if cut is not None and not cut.goes_on(confidence):
+        if stop:
             return None
+        confidence = top_probability(row)
+        stop = cut is not None and not cut.goes_on(confidence)
         sure.append(confidence)
         return pick(row)
 

@@ -52,7 +52,8 @@ Within a round, the draft says where it is unsure. γ is the most a round
 drafts; a draft model's chain stops early once the chance its next token
 lands, by the draft's own confidence read through how such tokens have
 landed for this pair (``ConfidenceCut``), is below what drafting and
-verifying one more token costs (``decided_cut``). The policy's γ sets how far
+verifying one more token costs at the rate the round is expected to make
+(``decided_cut``). The policy's γ sets how far
 a round may go on what positions 1..γ have shown; the cut stops it where this
 round's text is harder than that.
 
@@ -413,10 +414,11 @@ class GammaController:
 
     def decided_cut(self) -> ConfidenceCut | None:
         """Where the chain ``decide_gamma`` just chose stops early: once the
-        chance its next token lands, by the draft model's confidence in the
-        chain so far read through how such tokens landed (``RoundLearning.
-        landing``), is below what drafting and verifying a token costs
-        (``RoundPricing.token_cost``). So γ is the most a round drafts, and
+        chance its next token lands with all before it, by the draft model's
+        confidence in the chain read through how such tokens landed
+        (``RoundLearning.landing``), is below what drafting and verifying a
+        token costs, weighed by the rate this round is expected to make
+        (``RoundPricing.cut_floor``). So γ is the most a round drafts, and
         the draft itself says where, within it, it is too unsure to go on.
         Replayed on six raw prompts of Gemma-3-270M ×4 drafted through text
         by SmolLM2 (recorded at temperature 0, 160 tokens each), the policy
@@ -427,7 +429,7 @@ class GammaController:
         if not self._cuts(d.gamma, d.side):
             return None
         landing = self.learning.landing(self._option).landing
-        return ConfidenceCut(self.pricing.token_cost(d.gamma), landing)
+        return ConfidenceCut(self.pricing.cut_floor(d.gamma, d.expected_speedup), landing)
 
     def _cuts(self, gamma: int, side: int) -> bool:
         """Whether a round of ``gamma`` drafts and ``side`` side nodes of the
