@@ -302,10 +302,10 @@ def play_orders(recording: Recording, batch_scale: float = 1.0) -> list[list[Pla
     n = len(recording.replies)
     sessions: list[list[PlayedReply]] = []
     for start in range(n):
+        order = [(start + k) % n for k in range(n)]
         kept = recording.kept
         for _ in range(SESSIONS):
             policy = _controller(recording, batch_scale, "adaptive", kept=kept)
-            order = [(start + k) % n for k in range(n)]
             played = {i: play(recording.replies[i], policy) for i in order}
             kept = json.loads(json.dumps(policy.learning.kept()))
             sessions.append([played[i] for i in range(n)])
