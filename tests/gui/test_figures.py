@@ -98,9 +98,18 @@ def test_footer_panel_history_and_cli_show_the_same_figures(
     snap = result.snapshot
     assert snap.n_drafted > 0 and snap.speedup is not None  # it drafted: a claim to make
     speedup = shown(w, "speedupValue")
-    final = (format_speedup(snap.speedup), format_rate(snap.tokens_per_s))
-    shows = lambda: (speedup.text(), shown(w, "tokensPerSecondValue").text())  # noqa: E731
-    qtbot.waitUntil(lambda: shows() == final, timeout=5000)  # the last figures, not the live ones
+    # The last figures, not the live ones. A live snapshot can round to the same speedup and
+    # rate while it still carries the baseline from before this reply's end (the reply's end
+    # re-measures plain decoding), so the baseline is waited for as well.
+    final = (
+        format_speedup(snap.speedup),
+        format_rate(snap.tokens_per_s),
+        format_rate(snap.baseline_tokens_per_s),
+    )
+    shows = lambda: tuple(  # noqa: E731
+        shown(w, name).text() for name in ("speedupValue", "tokensPerSecondValue", "baselineValue")
+    )
+    qtbot.waitUntil(lambda: shows() == final, timeout=5000)
 
     rate = shown(w, "tokensPerSecondValue").text()
     baseline = shown(w, "baselineValue").text()
