@@ -429,6 +429,41 @@ def test_bench_regimes(tmp_path: Path, q4_1_first8: Path) -> None:
     assert "[2/2]" in proc.stderr  # progress on stderr while it runs
 
 
+def test_bench_regimes_samples_each_prompt_several_times_above_temperature_0(
+    tmp_path: Path, q4_1_first8: Path
+) -> None:
+    """Above temperature 0 each mode samples its own reply, so --samples N runs
+    every prompt N times in every mode, each from its own seed, and judges each
+    prompt by its replies together; at temperature 0 it is refused, with a
+    message, since every reply would be the same."""
+    env = {**os.environ, "GAMBIT_HOME": str(tmp_path / "home")}
+    common = ["bench", "--regimes", "--target", q4_1_first8, "--targets", "Q8_0x2",
+              "--drafters", "draft", "--prompts", two_short_prompts(tmp_path),
+              "--per-suite", "1", "--max-tokens", "10", "--threads", "2", "--fixed", "4",
+              "--samples", "2"]  # fmt: skip
+
+    def bench(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gambit", *map(str, [*common, *extra])],
+            capture_output=True, text=True, env=env, timeout=900, check=False,
+        )  # fmt: skip
+
+    proc = bench("--temp", "0.7", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["samples"] == 2 and report["temperature"] == 0.7
+    cell = report["pairs"][0]["suites"]["ALL"]
+    replies = {m: f["replies"] for m, f in cell["modes"].items()}
+    assert {"target-only", "adaptive", "fixed=4"} <= set(replies)  # (and trees: scaled)
+    assert set(replies.values()) == {4}  # 2 prompts × 2 samples in every mode
+    assert [row["prompt"] for row in cell["per_prompt"]] == ["chat #1", "code #1"]
+    assert cell["divergence"] is None  # (sampled replies: not compared with target-only)
+
+    refused = bench()  # (the bench's default temperature: 0)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "--samples needs a temperature above 0" in refused.stderr
+
+
 def test_bench_regimes_playback_records_once_and_plays_again_without_a_model(
     tmp_path: Path, q4_1_first8: Path
 ) -> None:

@@ -256,6 +256,36 @@ def test_prompts_are_also_judged_after_the_first_token_where_reading_counts() ->
     assert lines[3].split()[-3:] == ["(1.00", "÷", "fixed=8)"]
 
 
+def test_a_prompt_sampled_several_times_is_judged_by_its_replies_together() -> None:
+    # Above temperature 0 each mode samples replies of its own (bench --samples):
+    # a prompt's samples count by their tokens, as a suite's do, so a short
+    # reply weighs little, and not as the mean of their rates.
+    replies = {
+        TARGET_ONLY: [(100, 10.0), (20, 2.0)],
+        "adaptive": [(100, 4.0), (20, 4.0)],  # 25 and 5 tok/s: 15 tok/s together
+        fixed_mode(16): [(100, 5.0), (20, 1.0)],  # 20 tok/s together
+    }
+    cell = Cell()
+    pooled = {mode: GenerationStats() for mode in replies}
+    for mode, samples in replies.items():
+        for tokens, seconds in samples:
+            cell.totals[mode].add(_stats(tokens, seconds))
+            pooled[mode].merge(_stats(tokens, seconds))
+    cell.add_prompt("grounded #2", pooled)
+    assert cell.prompts == ["grounded #2"]
+    assert cell.prompt_rates["adaptive"] == [pytest.approx(120 / 8.0)]  # not (25 + 5) / 2
+    assert cell.prompt_waits["adaptive"] == [(119, pytest.approx(8.0))]
+    (row,) = cell_figures(cell, costs(0.1, 0.1)).per_prompt
+    assert row["speedup"] == pytest.approx(1.5) and row["best_fixed"] == fixed_mode(16)
+    assert row["vs_best_fixed"] == pytest.approx(15 / 20)
+    report = _report(
+        "draft", costs(0.1, 0.1), {"ALL": cell_figures(cell, costs(0.1, 0.1)).to_json()}
+    )
+    assert "each prompt over its 2 sampled replies" not in "\n".join(per_prompt_lines(report))
+    lines = per_prompt_lines({**report, "samples": 2})
+    assert lines[1].endswith("(each prompt over its 2 sampled replies per mode)")
+
+
 def test_cell_figures_name_the_worst_prompt() -> None:
     cell = Cell()
     cell.prompts = ["code #1", "prose #1"]

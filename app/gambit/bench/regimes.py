@@ -53,7 +53,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,6 @@ from gambit.bench.regimes_figures import (
     GAMMA_MAX,
     MODEL_ALONE,
     Cell,
-    after_first_token,
     cell_figures,
     costs_at_context,
     fixed_mode,
@@ -79,6 +78,7 @@ from gambit.bench.targets import TargetSpec, derive_targets, parse_targets
 from gambit.engine.drafters.base import ChoosingDrafter
 from gambit.engine.drafters.registry import DRAFTING, TREE_DRAFTERS, DrafterKind, spec
 from gambit.engine.estimates import CostModel
+from gambit.engine.gamma.metrics import GenerationStats
 from gambit.engine.machine.backend import detect_backend
 from gambit.engine.machine.kernels import cpu_id
 from gambit.engine.machine.runtime import RuntimeOptions
@@ -144,6 +144,9 @@ class RegimeArgs:
     fresh: bool = False  # each prompt's adaptive run anew, as a new process's first reply
     cold: bool = False  # adaptive from nothing learned of the pair (Engine.kept_learning)
     playback: bool = False  # the policies played on recorded replies (gambit.bench.playback)
+    # Above temperature 0, replies sampled per prompt and mode (seeds seed..seed+n-1),
+    # each prompt judged by them together.
+    samples: int = 1
     batch_scale: float = 1.0  # in playback: a batch's cost beyond one token, times this
 
 
@@ -228,7 +231,6 @@ def run_pair(
             engine.kept_learning = None
         remembered = engine.kept_learning is not None
         controllers = _controllers(engine, modes)
-        config = GenerationConfig(max_tokens=args.max_tokens, sampling=args.sampling)
         warm = GenerationConfig(max_tokens=8, sampling=args.sampling)
         run_once(engine, "Hello", warm, engine.new_controller("fixed"), raw=args.raw)
         run_once(engine, "Hello", warm, None, raw=args.raw)
@@ -237,10 +239,16 @@ def run_pair(
             if args.fresh and "adaptive" in controllers:
                 controllers.update(_controllers(engine, ["adaptive"]))
             outputs: dict[str, list[int]] = {}
-            for mode in order:
-                outputs[mode] = _run_mode(
-                    engine, bp, config, mode, controllers[mode], cells, raw=args.raw
-                )
+            pooled: dict[str, GenerationStats] = defaultdict(GenerationStats)
+            for config in _sample_configs(args):
+                for mode in order:
+                    stats, outputs[mode] = _run_mode(
+                        engine, bp, config, mode, controllers[mode], cells, raw=args.raw
+                    )
+                    pooled[mode].merge(stats)
+            label = f"{bp.suite} #{len(cells[bp.suite].prompts) + 1}"
+            for cell in (cells[bp.suite], cells["ALL"]):
+                cell.add_prompt(label, pooled)
             if args.sampling.greedy:
                 for cell in (cells[bp.suite], cells["ALL"]):
                     cell.compared += len(modes) - 1
@@ -266,6 +274,19 @@ def run_pair(
     finally:
         engine.close()
     return cells, costs, facts
+
+
+def _sample_configs(args: RegimeArgs) -> list[GenerationConfig]:
+    """Each prompt's runs: one, or above temperature 0 ``args.samples``, each
+    from its own seed. Each mode samples its own reply, so one sample per
+    prompt compares different texts (and lengths); the same seeds in every
+    mode, pooled, compare the prompt's replies in the mean."""
+    seed = args.sampling.seed or 0
+    n = 1 if args.sampling.greedy else args.samples
+    return [
+        GenerationConfig(max_tokens=args.max_tokens, sampling=replace(args.sampling, seed=seed + j))
+        for j in range(n)
+    ]
 
 
 def _pair_engine(
@@ -318,9 +339,9 @@ def _run_mode(
     cells: dict[str, Cell],
     *,
     raw: bool,
-) -> list[int]:
-    """One prompt under one mode, folded into its suite's cell and ALL;
-    returns the reply's tokens."""
+) -> tuple[GenerationStats, list[int]]:
+    """One reply to a prompt under one mode, folded into its suite's cell and
+    ALL (its per-prompt figures: ``Cell.add_prompt``); returns its stats and tokens."""
     rounds: list[Round] = []
     combined = engine.drafter if isinstance(engine.drafter, ChoosingDrafter) else None
     if combined is not None:
@@ -339,21 +360,15 @@ def _run_mode(
         (r.elapsed_s, len(r.tokens), r.t_draft_s + r.t_verify_s) for r in rounds if r.tokens
     ]
     shown = shown_times(arrivals, REPAINT_S)
-    if mode == TARGET_ONLY:  # (every prompt runs it once: the prompt's label)
-        label = f"{bp.suite} #{len(cells[bp.suite].prompts) + 1}"
-        cells[bp.suite].prompts.append(label)
-        cells["ALL"].prompts.append(label)
     for cell in (cells[bp.suite], cells["ALL"]):
         cell.totals[mode].add(stats, rounds)
-        cell.prompt_rates[mode].append(stats.tokens_per_s)
-        cell.prompt_waits[mode].append(after_first_token(stats))
         cell.shown_gaps[mode].extend(np.diff(shown).tolist())
         if parts is not None:
             _add_round_times(cell, rounds, gamma)
             cell.parts.add(parts)
         if copied:
             cell.foresight.append(runs)
-    return tokens
+    return stats, tokens
 
 
 def _foresight_runs(engine: Engine, reply: list[int]) -> ReplyRuns | None:
@@ -410,6 +425,7 @@ def run_regimes(args: RegimeArgs, log: Log) -> dict[str, Any]:
         "cold": args.cold,
         "max_tokens": args.max_tokens,
         "temperature": args.sampling.temperature,
+        "samples": len(_sample_configs(args)),
         "prompts": len(args.prompts),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "pairs": [],
@@ -476,6 +492,10 @@ def run_regimes_cli(
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    if args.samples > 1 and sampling.greedy:
+        raise GambitError(
+            "--samples needs a temperature above 0: at temperature 0 every reply is the same"
+        )
     drafters = tuple(d.strip() for d in args.drafters.split(",") if d.strip())
     for d in drafters:
         if d not in DRAFTERS:
@@ -498,6 +518,7 @@ def run_regimes_cli(
         cold=args.cold,
         playback=args.playback,
         batch_scale=args.batch_scale,
+        samples=args.samples,
     )
     report = run_regimes(regime_args, log)
     if args.playback:

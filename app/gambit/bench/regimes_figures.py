@@ -83,6 +83,16 @@ class Cell:
     # not measurable, a draft through text).
     foresight: list[ReplyRuns | None] = field(default_factory=list)
 
+    def add_prompt(self, label: str, replies: dict[str, GenerationStats]) -> None:
+        """A prompt's figures per mode from its ``replies`` in that mode, merged
+        (``GenerationStats.merge``; several where replies are sampled): their
+        rate, and their tokens after the first with the seconds they took. A
+        prompt's samples count by their tokens, as the suite's figures do."""
+        self.prompts.append(label)
+        for mode, stats in replies.items():
+            self.prompt_rates[mode].append(stats.tokens_per_s)
+            self.prompt_waits[mode].append(after_first_token(stats))
+
 
 def after_first_token(stats: GenerationStats) -> tuple[int, float]:
     """A reply's tokens after its first and the seconds they took: what a user

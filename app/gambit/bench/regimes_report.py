@@ -42,6 +42,8 @@ def per_prompt_lines(report: dict[str, Any]) -> list[str]:
     """Prompt by prompt for every pair (all suites): adaptive's speedup, the
     best fixed γ's for that prompt, and adaptive ÷ that fixed γ."""
     lines = []
+    samples = int(report.get("samples", 1))
+    each = f" (each prompt over its {samples} sampled replies per mode)" if samples > 1 else ""
     for pair in report["pairs"]:
         figures = pair.get("suites", {}).get("ALL", {})
         rows = figures.get("per_prompt")
@@ -72,6 +74,7 @@ def per_prompt_lines(report: dict[str, Any]) -> list[str]:
             f"{name}, prompt by prompt: adaptive, the best fixed γ for the prompt, adaptive ÷ it"
             + (" (and as judged after the first token)" if speedup is not None else "")
             + (", adaptive ÷ the draft model alone (÷ its ceiling)" if alone else "")
+            + each
         )
         for row in rows:
             best = row["best_fixed"]

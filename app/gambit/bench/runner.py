@@ -153,6 +153,7 @@ class ModeTotals:
     def figures(self) -> dict[str, Any]:
         s = self.stats
         figures: dict[str, Any] = {
+            "replies": self.runs,
             "tokens": s.n_tokens,
             "tokens_per_s": s.tokens_per_s,
             # prompt processing (the drafter's too) included: what a reply takes

@@ -65,6 +65,15 @@ def add_regimes_args(bench: argparse.ArgumentParser) -> None:
         help="a weaker draft of the same tokenizer: the draft (--draft, default the model "
         "itself) with these blocks left out (e.g. 15, a middle block of SmolLM2's 30)",
     )
+    regimes.add_argument(
+        "--samples",
+        type=_sample_count,
+        default=1,
+        metavar="N",
+        help="above temperature 0: sample each prompt's replies N times (seeds --seed .. "
+        "--seed + N - 1) and judge each prompt by its N replies together, since each mode "
+        "samples a reply of its own (default 1)",
+    )
     _add_playback_args(regimes)
     regimes.add_argument(
         "--out",
@@ -108,6 +117,17 @@ def _positive(text: str) -> float:
     if not (0 < value < float("inf")):
         raise argparse.ArgumentTypeError(f"expected a number above 0 such as 1.6, not {text!r}")
     return value
+
+
+def _sample_count(text: str) -> int:
+    """ "3" -> 3 (argparse type: a whole number from 1 to 32)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 32:
+        raise argparse.ArgumentTypeError(f"expected a number of samples from 1 to 32, not {text!r}")
+    return n
 
 
 def _block_list(text: str) -> tuple[int, ...]:
