@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from gambit.bench.costs import cost_bound, regime_of
-from gambit.bench.foresight import ReplyRuns, foresight_seconds, lookup_ceiling, runs_of
+from gambit.bench.foresight import (
+    ReplyRuns,
+    ceiling_of,
+    foresight_seconds,
+    foresight_times,
+    lookup_ceiling,
+    runs_of,
+)
 from gambit.bench.regimes import pair_modes, pick_prompts
 from gambit.bench.regimes_figures import (
     MODEL_ALONE,
@@ -353,7 +360,7 @@ def test_what_lookup_added_is_read_against_the_ceiling_its_replies_allowed() -> 
             cell.totals[mode].add(_stats(100, seconds))
             cell.prompt_rates[mode].append(100 / seconds)
         cell.prompts.append(f"document #{len(cell.prompts) + 1}")
-        cell.foresight.append(runs)
+        cell.foresight.append((runs,))
     f = cell_figures(cell, c)
     one = lookup_ceiling(copied, c, 16)
     assert one > 1.0 and lookup_ceiling(new_text, c, 16) == 1.0
@@ -366,6 +373,29 @@ def test_what_lookup_added_is_read_against_the_ceiling_its_replies_allowed() -> 
     assert f"{ratio / f.lookup_ceiling:.2f} of the ceiling of {f.lookup_ceiling:.2f}x" in lines[0]
     assert lines[2].split()[-3:] == [f"({2.0 / one:.2f}", "of", f"{one:.2f})"]
     assert lines[3].split()[-3:] == ["(1.00", "of", "1.00)"]
+
+
+def test_a_prompts_sampled_replies_share_one_lookup_ceiling() -> None:
+    # bench --samples: a prompt's adaptive replies (one a copy lands in full,
+    # one no copy helps) make one row, its ceiling their summed least times;
+    # a prompt with a reply not measured (through text) has none.
+    c = CostModel(17)
+    for k in range(1, 18):
+        c.set_target(k, 0.010 * (1 + 0.1 * (k - 1)))
+    c.draft_ratio, c.catch_up_ratio = 0.12, 0.05
+    copied = ReplyRuns(model=runs_of([True] * 17), copy=tuple(min(16, 17 - i) for i in range(17)))
+    new_text = ReplyRuns(model=runs_of([True] * 17), copy=(0,) * 17)
+    cell = Cell()
+    for label, foresight in (("document #1", (copied, new_text)), ("document #2", (copied, None))):
+        replies = {mode: _stats(200, 1.0) for mode in (TARGET_ONLY, "adaptive", MODEL_ALONE)}
+        for mode, stats in replies.items():
+            cell.totals[mode].add(stats)
+        cell.add_prompt(label, replies, foresight)
+    first, second = cell_figures(cell, c).per_prompt
+    both = [foresight_times(r, c, 16) for r in (copied, new_text)]
+    assert first["lookup_ceiling"] == pytest.approx(ceiling_of(both))
+    assert 1.0 < first["lookup_ceiling"] < lookup_ceiling(copied, c, 16)
+    assert "lookup_ceiling" not in second
 
 
 def test_costs_timed_at_the_replies_context_keep_what_only_rounds_measure() -> None:

@@ -231,6 +231,7 @@ def run_pair(
             engine.kept_learning = None
         remembered = engine.kept_learning is not None
         controllers = _controllers(engine, modes)
+        copies = isinstance(engine.drafter, ChoosingDrafter)  # (lookup joins a draft model)
         warm = GenerationConfig(max_tokens=8, sampling=args.sampling)
         run_once(engine, "Hello", warm, engine.new_controller("fixed"), raw=args.raw)
         run_once(engine, "Hello", warm, None, raw=args.raw)
@@ -240,15 +241,18 @@ def run_pair(
                 controllers.update(_controllers(engine, ["adaptive"]))
             outputs: dict[str, list[int]] = {}
             pooled: dict[str, GenerationStats] = defaultdict(GenerationStats)
+            foresight: list[ReplyRuns | None] = []  # (adaptive's replies, where it copies)
             for config in _sample_configs(args):
                 for mode in order:
-                    stats, outputs[mode] = _run_mode(
+                    stats, outputs[mode], runs = _run_mode(
                         engine, bp, config, mode, controllers[mode], cells, raw=args.raw
                     )
                     pooled[mode].merge(stats)
+                    if copies and mode == "adaptive":
+                        foresight.append(runs)
             label = f"{bp.suite} #{len(cells[bp.suite].prompts) + 1}"
             for cell in (cells[bp.suite], cells["ALL"]):
-                cell.add_prompt(label, pooled)
+                cell.add_prompt(label, pooled, tuple(foresight) if copies else None)
             if args.sampling.greedy:
                 for cell in (cells[bp.suite], cells["ALL"]):
                     cell.compared += len(modes) - 1
@@ -339,9 +343,11 @@ def _run_mode(
     cells: dict[str, Cell],
     *,
     raw: bool,
-) -> tuple[GenerationStats, list[int]]:
+) -> tuple[GenerationStats, list[int], ReplyRuns | None]:
     """One reply to a prompt under one mode, folded into its suite's cell and
-    ALL (its per-prompt figures: ``Cell.add_prompt``); returns its stats and tokens."""
+    ALL (its per-prompt figures: ``Cell.add_prompt``); returns its stats, its
+    tokens and, for adaptive where lookup joins a draft model, what the draft
+    model and the copies get right along it (None: not measurable)."""
     rounds: list[Round] = []
     combined = engine.drafter if isinstance(engine.drafter, ChoosingDrafter) else None
     if combined is not None:
@@ -366,9 +372,7 @@ def _run_mode(
         if parts is not None:
             _add_round_times(cell, rounds, gamma)
             cell.parts.add(parts)
-        if copied:
-            cell.foresight.append(runs)
-    return stats, tokens
+    return stats, tokens, runs
 
 
 def _foresight_runs(engine: Engine, reply: list[int]) -> ReplyRuns | None:

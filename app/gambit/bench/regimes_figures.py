@@ -78,20 +78,28 @@ class Cell:
     prompts: list[str] = field(default_factory=list)  # "suite #n", in the same order
     compared: int = 0
     diverged: int = 0
-    # Where lookup joins a draft model: what each adaptive reply let the draft
-    # model and the copies get right, in the prompts' order (the ceiling; None:
-    # not measurable, a draft through text).
-    foresight: list[ReplyRuns | None] = field(default_factory=list)
+    # Where lookup joins a draft model: what each prompt's adaptive replies let
+    # the draft model and the copies get right, in the prompts' order (the
+    # ceiling; None: not measurable, a draft through text).
+    foresight: list[tuple[ReplyRuns | None, ...]] = field(default_factory=list)
 
-    def add_prompt(self, label: str, replies: dict[str, GenerationStats]) -> None:
+    def add_prompt(
+        self,
+        label: str,
+        replies: dict[str, GenerationStats],
+        foresight: tuple[ReplyRuns | None, ...] | None = None,
+    ) -> None:
         """A prompt's figures per mode from its ``replies`` in that mode, merged
         (``GenerationStats.merge``; several where replies are sampled): their
         rate, and their tokens after the first with the seconds they took. A
-        prompt's samples count by their tokens, as the suite's figures do."""
+        prompt's samples count by their tokens, as the suite's figures do.
+        ``foresight``: its adaptive replies' (where lookup joins a draft model)."""
         self.prompts.append(label)
         for mode, stats in replies.items():
             self.prompt_rates[mode].append(stats.tokens_per_s)
             self.prompt_waits[mode].append(after_first_token(stats))
+        if foresight is not None:
+            self.foresight.append(foresight)
 
 
 def after_first_token(stats: GenerationStats) -> tuple[int, float]:
@@ -129,8 +137,17 @@ def _judged_ratio(row: dict[str, Any]) -> float:
 
 
 def _foresight_times(cell: Cell, costs: CostModel) -> list[tuple[float, float] | None]:
-    """Each prompt's ``foresight_times``, where its reply was measured."""
-    return [None if r is None else foresight_times(r, costs, GAMMA_MAX) for r in cell.foresight]
+    """Each prompt's ``foresight_times``, summed over its replies, where every
+    one of them was measured."""
+    prompts: list[tuple[float, float] | None] = []
+    for replies in cell.foresight:
+        times = [None if r is None else foresight_times(r, costs, GAMMA_MAX) for r in replies]
+        measured = [t for t in times if t is not None]
+        if not replies or len(measured) < len(times):
+            prompts.append(None)
+            continue
+        prompts.append((sum(t[0] for t in measured), sum(t[1] for t in measured)))
+    return prompts
 
 
 def _suite_ceiling(replies: list[tuple[float, float] | None]) -> float | None:
