@@ -275,13 +275,59 @@ def test_a_size_measured_long_ago_gives_way_to_the_sizes_measured_since() -> Non
     # t(5) is stale between two sizes measured since: interpolated from them.
     assert c.verify_cost(5) == pytest.approx((c.verify_cost(3) + c.verify_cost(7)) / 2)
     assert c.verify_cost(5) < 0.100 * 1.7
-    # t(9), beyond the freshest size, is kept; t(1) never goes stale.
-    assert c.verify_cost(9) == pytest.approx(0.100 * 2.6)
+    # t(9), beyond the freshest size, is kept, but reads no dearer than the
+    # line the fresh sizes make (through r(1) = 1, r(3) 1.3 and r(7) 2.0:
+    # slope 0.165, 2.33 at 9); t(1) never goes stale.
+    assert c.verify_cost(9) == pytest.approx(0.100 * 2.33, rel=0.01)
     assert c.verify_cost(1) == pytest.approx(0.100)
     # Measured again: averaged with what the decisions read, as a first round is.
     interpolated = c.verify_cost(5)
     c.observe_verify(5, 0.100 * 1.6)
     assert c.verify_cost(5) == pytest.approx((interpolated + 0.100 * 1.6) / 2)
+
+
+# As an AVX-512 EPYC kept them for the cost-scaled pair (F32 ×4 + its Q4_1),
+# where the next session's rounds read r(9) at 2.1-2.6.
+KEPT_RATIOS = {
+    2: 1.36, 3: 1.51, 4: 1.82, 5: 2.03, 6: 2.16, 7: 2.21, 8: 2.45, 9: 2.57,
+    10: 2.84, 11: 3.56, 12: 3.68, 13: 3.94, 14: 4.25, 15: 4.77, 16: 4.54, 17: 5.12,
+}  # fmt: skip
+
+
+def test_sizes_kept_by_a_session_before_read_no_dearer_than_those_measured_now() -> None:
+    # The policy drafted 8 from the kept curve and never timed a batch of 17
+    # again: 0.90 of fixed γ = 16, where from a fresh calibration it drafted 13.
+    kept = {"k_max": 17, "t1": 0.044, "ratio": {str(k): r for k, r in KEPT_RATIOS.items()},
+            "draft_ratio": 0.169, "draft_extra_ratio": 0.096}  # fmt: skip
+    c = CostModel.from_json({**kept, "ratio": {"1": 1.0, **kept["ratio"]}}, 17)
+    assert c is not None
+
+    def decided(costs: CostModel) -> int:
+        ctrl = with_alpha(controller(costs.copy(), gamma_max=16), 0.99)
+        return ctrl.decide_gamma()
+
+    # Nothing measured yet in this session: the kept curve as it was.
+    assert c.verify_cost(17) == pytest.approx(0.044 * 5.12)
+    assert decided(c) < 12
+    for _ in range(3):  # this session's rounds, 8 drafts each: t(9) reads 2.3
+        c.observe_verify(9, 0.044 * 2.3)
+    # r(10..17), kept, now read no dearer than the line through r(1) = 1 and
+    # this session's r(9) (2.37 after three rounds): the policy drafts 16 and
+    # times the batch, where before it went on drafting 8 (decided: 8).
+    r9 = float(c.ratio[9])
+    assert 2.3 < r9 < 2.57
+    assert c.verify_cost(17) == pytest.approx(0.044 * (r9 + 8 * (r9 - 1) / 8))
+    assert c.verify_cost(11) <= 0.044 * (r9 + 2 * (r9 - 1) / 8) + 1e-12
+    assert decided(c) == 16
+    # Timed again, a size is this session's own: as dear as it reads now.
+    for _ in range(3):
+        c.observe_verify(17, 0.044 * 4.6)
+    assert c.verify_cost(17) > 0.044 * (r9 + 8 * (r9 - 1) / 8)
+    # A kept size below this session's line stays as it was.
+    low = CostModel.from_json({**kept, "ratio": {"1": 1.0, "9": 2.57, "17": 3.0}}, 17)
+    assert low is not None
+    low.observe_verify(9, 0.044 * 2.3)
+    assert low.verify_cost(17) == pytest.approx(0.044 * 3.0)
 
 
 def test_a_plain_step_re_timed_after_a_reply_moves_t1_part_of_the_way() -> None:
