@@ -345,16 +345,23 @@ def test_adaptive_is_compared_with_its_model_alone_prompt_by_prompt() -> None:
     assert cell_figures(plain, c).adaptive_vs_model_alone is None
 
 
-def test_what_lookup_added_is_read_against_the_ceiling_its_replies_allowed() -> None:
-    cell = Cell()
+def _lookup_pair() -> tuple[CostModel, ReplyRuns, ReplyRuns]:
+    """Costs of batches up to 17, and two replies of 17 tokens the draft model
+    gets right in full: one a copy lands in full too, one no copy helps."""
     c = CostModel(17)
     for k in range(1, 18):
         c.set_target(k, 0.010 * (1 + 0.1 * (k - 1)))
     c.draft_ratio, c.catch_up_ratio = 0.12, 0.05
-    # Two replies of 17 tokens: the first a copy lands in full, the second
-    # none does (its ceiling is 1.0); a draft through text measures none.
     copied = ReplyRuns(model=runs_of([True] * 17), copy=tuple(min(16, 17 - i) for i in range(17)))
     new_text = ReplyRuns(model=runs_of([True] * 17), copy=(0,) * 17)
+    return c, copied, new_text
+
+
+def test_what_lookup_added_is_read_against_the_ceiling_its_replies_allowed() -> None:
+    cell = Cell()
+    # Two replies of 17 tokens: the first a copy lands in full, the second
+    # none does (its ceiling is 1.0); a draft through text measures none.
+    c, copied, new_text = _lookup_pair()
     for runs, both_s in ((copied, 0.25), (new_text, 0.5), (None, 0.5)):
         for mode, seconds in ((TARGET_ONLY, 1.0), ("adaptive", both_s), (MODEL_ALONE, 0.5)):
             cell.totals[mode].add(_stats(100, seconds))
@@ -379,12 +386,7 @@ def test_a_prompts_sampled_replies_share_one_lookup_ceiling() -> None:
     # bench --samples: a prompt's adaptive replies (one a copy lands in full,
     # one no copy helps) make one row, its ceiling their summed least times;
     # a prompt with a reply not measured (through text) has none.
-    c = CostModel(17)
-    for k in range(1, 18):
-        c.set_target(k, 0.010 * (1 + 0.1 * (k - 1)))
-    c.draft_ratio, c.catch_up_ratio = 0.12, 0.05
-    copied = ReplyRuns(model=runs_of([True] * 17), copy=tuple(min(16, 17 - i) for i in range(17)))
-    new_text = ReplyRuns(model=runs_of([True] * 17), copy=(0,) * 17)
+    c, copied, new_text = _lookup_pair()
     cell = Cell()
     for label, foresight in (("document #1", (copied, new_text)), ("document #2", (copied, None))):
         replies = {mode: _stats(200, 1.0) for mode in (TARGET_ONLY, "adaptive", MODEL_ALONE)}
